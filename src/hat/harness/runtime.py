@@ -1,0 +1,358 @@
+"""The agent runtime: one bounded loop per request, in the five named stages of DESIGN.md.
+
+1. :meth:`Agent.load_context` - normalise comments (``input`` hooks), room, product, FAQ, history;
+2. :meth:`Agent.assemble_prompt` - render the prompt pipeline, one hash per block;
+3. :meth:`Agent.agent_loop` - rounds of model → (load skill | call tools | propose reply), with
+   ``before_model`` / ``after_model`` / ``before_tool`` / ``after_tool`` / ``tool_error`` hooks;
+4. stop check (inside the loop, :meth:`Agent.stop_check`) - ``stop_check`` hooks accept the reply or
+   send a reason back for another round; rounds and retries are bounded by the harness's limits;
+5. :meth:`Agent.strip_and_dispatch` - drop reasoning, build the :class:`~hat.harness.trace.Trace`,
+   hand it to the sinks.
+
+The caller always gets a :class:`Response`: malformed model output becomes feedback, tool
+failures become observations, an exhausted budget or a failing backend gives the harness's
+fallback reply with ``trace.status`` saying why. The agent holds no per-request state, so one
+agent serves many threads.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from hat.errors import HatError
+from hat.harness.hooks import Hook, HookContext, Verdict, build_hooks
+from hat.harness.pipeline import RenderedPrompt, render_prompt, template_context
+from hat.harness.protocol import ParsedOutput, ToolCall, parse_output, strip_reasoning
+from hat.harness.sinks import Sink
+from hat.harness.state import Harness
+from hat.harness.tools import ToolContext, ToolRegistry
+from hat.harness.trace import HookEvent, Round, ToolCallRecord, Trace, round_observations
+from hat.models.base import GenerationConfig, Model
+
+__all__ = ["Agent", "Request", "Response", "format_user_message"]
+
+ContextProvider = Callable[["Request"], "Request"]
+
+
+@dataclass(frozen=True)
+class Request:
+    """One viewer request. ``mode``: ``single`` (one comment) or ``multi`` (several at once)."""
+
+    comments: tuple[str, ...]
+    room: dict[str, Any] = field(default_factory=dict)
+    product: dict[str, Any] | None = None
+    faq: tuple[dict[str, Any], ...] = ()
+    history: tuple[dict[str, str], ...] = ()
+    request_id: str = ""
+    mode: str = "single"
+
+    @classmethod
+    def of(cls, comment: str | Sequence[str], **kw: Any) -> Request:
+        comments = (comment,) if isinstance(comment, str) else tuple(comment)
+        return cls(comments=comments, mode="single" if len(comments) == 1 else "multi", **kw)
+
+
+@dataclass(frozen=True)
+class Response:
+    reply: str
+    payload: dict[str, Any]
+    trace: Trace
+
+    @property
+    def status(self) -> str:
+        return self.trace.status
+
+
+def format_user_message(comments: Sequence[str], mode: str) -> str:
+    if mode == "single" or len(comments) == 1:
+        return f"Viewer comment: {comments[0]}"
+    return "Viewer comments:\n" + "\n".join(f"{i}. {c}" for i, c in enumerate(comments, 1))
+
+
+@dataclass
+class _Run:
+    """Mutable bookkeeping of one in-flight request (never shared between requests)."""
+
+    request: Request
+    hook_ctx: HookContext
+    tool_ctx: ToolContext
+    started: float
+    comments: list[str] = field(default_factory=list)
+    prompt: RenderedPrompt | None = None
+    messages: list[dict[str, str]] = field(default_factory=list)
+    rounds: list[Round] = field(default_factory=list)
+    events: list[HookEvent] = field(default_factory=list)
+    skills_loaded: list[str] = field(default_factory=list)
+    payload: dict[str, Any] | None = None
+    status: str = "ok"
+    status_reason: str = ""
+
+
+class Agent:
+    """Runs requests against one harness version with one model."""
+
+    def __init__(
+        self,
+        harness: Harness,
+        model: Model,
+        *,
+        tools: ToolRegistry | None = None,
+        hooks: Sequence[Hook] | None = None,
+        extra_hooks: Sequence[Hook] = (),
+        sinks: Sequence[Sink] = (),
+        context_provider: ContextProvider | None = None,
+        generation: GenerationConfig | None = None,
+    ) -> None:
+        self.harness = harness
+        self.model = model
+        self.tools = tools or ToolRegistry(harness)
+        self.hooks = list(hooks) if hooks is not None else build_hooks(harness, extra_hooks)
+        self.sinks = list(sinks)
+        self.context_provider = context_provider
+        self.generation = generation or GenerationConfig(
+            max_new_tokens=harness.limits.max_new_tokens, stop=("</reply>",)
+        )
+        self.harness_hash = harness.content_hash()
+
+    def close(self) -> None:
+        self.tools.close()
+
+    # -- public entry ----------------------------------------------------------------------------
+    def respond(self, request: Request | str | Sequence[str]) -> Response:
+        if not isinstance(request, Request):
+            request = Request.of(request)
+        run = self._start(request)
+        if self.load_context(run):
+            self.assemble_prompt(run)
+            self.agent_loop(run)
+        return self.strip_and_dispatch(run)
+
+    def _start(self, request: Request) -> _Run:
+        rid = request.request_id or uuid.uuid4().hex[:16]
+        request = replace(request, request_id=rid)
+        if self.context_provider is not None:
+            request = self.context_provider(request)
+        room = dict(request.room)
+        return _Run(
+            request=request,
+            hook_ctx=HookContext(self.harness, rid, room=room),
+            tool_ctx=ToolContext(request_id=rid, room=room, state={}),
+            started=time.perf_counter(),
+        )
+
+    # -- hooks -----------------------------------------------------------------------------------
+    def _consult(self, run: _Run, point: str, call: Callable[[Hook], Verdict | None], sink: list[HookEvent]) -> Verdict:
+        """Ask every hook in order; the first non-allow verdict wins (a rewrite is applied by the
+        caller and later hooks see the rewritten value only on the next consult)."""
+        for hook in self.hooks:
+            verdict = call(hook)
+            if verdict is not None and verdict.action != "allow":
+                sink.append(HookEvent(point, hook.name, verdict.action, verdict.reason))
+                return verdict
+        return Verdict.allow()
+
+    # -- stage 1 -----------------------------------------------------------------------------------
+    def load_context(self, run: _Run) -> bool:
+        """Normalise the input. Returns False when an input hook refused the request."""
+        comments = list(run.request.comments)
+        verdict = self._consult(run, "input", lambda h: h.on_input(run.hook_ctx, comments), run.events)
+        if verdict.action == "block":
+            run.status, run.status_reason = "refused", verdict.reason
+            run.comments = comments
+            return False
+        run.comments = list(verdict.value) if verdict.action == "rewrite" else comments
+        return True
+
+    # -- stage 2 -----------------------------------------------------------------------------------
+    def assemble_prompt(self, run: _Run) -> None:
+        req = run.request
+        variables = template_context(self.harness, run.hook_ctx.room, req.product, list(req.faq))
+        run.prompt = render_prompt(self.harness, variables)
+        run.hook_ctx.grounding.append(run.prompt.text)
+        run.messages = [{"role": "system", "content": run.prompt.text}, *req.history]
+        run.messages.append({"role": "user", "content": format_user_message(run.comments, req.mode)})
+
+    # -- stage 3 -----------------------------------------------------------------------------------
+    def agent_loop(self, run: _Run) -> None:
+        limits = self.harness.limits
+        retries = 0
+        for index in range(limits.max_rounds):
+            rnd = self._round(run, index)
+            run.rounds.append(rnd)
+            run.messages.append({"role": "assistant", "content": rnd.raw_output})
+            run.messages.extend(round_observations(rnd))
+            if run.payload is not None or run.status != "ok":
+                return
+            if rnd.action in ("invalid", "rejected"):
+                retries += 1
+                if retries > limits.max_retries:
+                    run.status, run.status_reason = "fallback", f"gave up after {retries} failed attempts"
+                    return
+        run.status, run.status_reason = "fallback", f"no accepted reply within {limits.max_rounds} rounds"
+
+    def _round(self, run: _Run, index: int) -> Round:
+        t0 = time.perf_counter()
+        events: list[HookEvent] = []
+        messages = list(run.messages)
+        verdict = self._consult(run, "before_model", lambda h: h.before_model(run.hook_ctx, messages), events)
+        if verdict.action == "rewrite":
+            messages = list(verdict.value)
+        try:
+            t_model = time.perf_counter()
+            gen = self.model.generate(messages, self.generation, cache_key=self.harness_hash)
+            model_ms = (time.perf_counter() - t_model) * 1000
+        except HatError as exc:
+            run.status, run.status_reason = "error", f"model failed: {exc}"
+            return Round(index, "", "error", feedback="", hook_events=tuple(events),
+                         total_ms=(time.perf_counter() - t0) * 1000)
+        text = gen.text
+        verdict = self._consult(run, "after_model", lambda h: h.after_model(run.hook_ctx, text), events)
+        if verdict.action == "rewrite":
+            text = str(verdict.value)
+        parsed = parse_output(text, self.harness.output.reply_field)
+        if verdict.action == "retry":
+            parsed = ParsedOutput("invalid", parsed.reasoning, error=verdict.reason)
+        rnd = self._act(run, index, gen.text, parsed, events)
+        return replace(
+            rnd,
+            prompt_tokens=gen.prompt_tokens,
+            completion_tokens=gen.completion_tokens,
+            cached_tokens=gen.cached_tokens,
+            model_ms=model_ms,
+            total_ms=(time.perf_counter() - t0) * 1000,
+        )
+
+    def _act(self, run: _Run, index: int, raw: str, parsed: ParsedOutput, events: list[HookEvent]) -> Round:
+        base = Round(index, raw, parsed.kind, reasoning=parsed.reasoning)
+        if parsed.kind == "invalid":
+            return replace(base, feedback=parsed.error, hook_events=tuple(events))
+        if parsed.kind == "tool_calls":
+            calls = tuple(self._dispatch(run, call, events) for call in parsed.tool_calls)
+            return replace(base, tool_calls=calls, hook_events=tuple(events))
+        assert parsed.reply is not None
+        reply, verdict = self.stop_check(run, parsed.reply, events)
+        if verdict.action == "retry":
+            return replace(base, action="rejected", reply=reply, feedback=verdict.reason, hook_events=tuple(events))
+        if verdict.action == "block":
+            run.status, run.status_reason = "fallback", verdict.reason
+            return replace(base, action="rejected", reply=reply, hook_events=tuple(events))
+        run.payload = reply
+        return replace(base, reply=reply, hook_events=tuple(events))
+
+    # -- tools and skills ------------------------------------------------------------------------
+    def _dispatch(self, run: _Run, call: ToolCall, events: list[HookEvent]) -> ToolCallRecord:
+        if call.name == self.harness.output.skill_tool:
+            return self._load_skill(run, call)
+        args = dict(call.arguments)
+        verdict = self._consult(run, "before_tool", lambda h: h.before_tool(run.hook_ctx, call.name, args), events)
+        if verdict.action == "block":
+            return ToolCallRecord(call.name, args, {"error": verdict.reason}, "blocked", verdict.reason)
+        if verdict.action == "rewrite":
+            args = dict(verdict.value)
+        return self._call_with_retries(run, call.name, args, events)
+
+    def _call_with_retries(self, run: _Run, name: str, args: dict[str, Any], events: list[HookEvent]) -> ToolCallRecord:
+        attempt, total_ms = 1, 0.0
+        while True:
+            result = self.tools.call(name, args, run.tool_ctx)
+            total_ms += result.latency_ms
+            observation = result.observation()
+            if result.status in ("timeout", "error"):
+                verdict = self._consult(
+                    run, "tool_error",
+                    lambda h: h.on_tool_error(run.hook_ctx, name, args, result.status, result.error, attempt),
+                    events,
+                )
+            else:
+                verdict = self._consult(
+                    run, "after_tool", lambda h: h.after_tool(run.hook_ctx, name, args, observation), events
+                )
+                if verdict.action == "rewrite":
+                    observation = verdict.value
+            if verdict.action == "retry" and attempt <= 5:
+                attempt += 1
+                continue
+            if result.ok:
+                run.hook_ctx.grounding.append(json.dumps(observation, ensure_ascii=False, default=str))
+            return ToolCallRecord(name, args, observation, result.status, result.error, total_ms, attempt)
+
+    def _load_skill(self, run: _Run, call: ToolCall) -> ToolCallRecord:
+        name = str(call.arguments.get("name", call.arguments.get("skill", "")))
+        skill = self.harness.skill(name)
+        if skill is None:
+            known = ", ".join(s.name for s in self.harness.skills)
+            error = f"there is no skill named {name!r}; available skills: {known}"
+            return ToolCallRecord(call.name, dict(call.arguments), {"error": error}, "unknown_skill", error, kind="skill")
+        if name not in run.skills_loaded:
+            run.skills_loaded.append(name)
+        return ToolCallRecord(call.name, dict(call.arguments), skill.body, "ok", kind="skill")
+
+    # -- stage 4 -----------------------------------------------------------------------------------
+    def stop_check(self, run: _Run, reply: dict[str, Any], events: list[HookEvent]) -> tuple[dict[str, Any], Verdict]:
+        """Run the stop-check hooks in order; rewrites apply and checking continues."""
+        for hook in self.hooks:
+            verdict = hook.stop_check(run.hook_ctx, reply)
+            if verdict is None or verdict.action == "allow":
+                continue
+            events.append(HookEvent("stop_check", hook.name, verdict.action, verdict.reason))
+            if verdict.action == "rewrite":
+                reply = dict(verdict.value)
+                continue
+            return reply, verdict
+        return reply, Verdict.allow()
+
+    # -- stage 5 -----------------------------------------------------------------------------------
+    def strip_and_dispatch(self, run: _Run) -> Response:
+        field_ = self.harness.output.reply_field
+        if run.payload is not None:
+            payload = {k: v for k, v in run.payload.items() if not str(k).startswith("_") and k not in ("think", "reasoning")}
+            payload[field_] = strip_reasoning(str(payload.get(field_, "")))
+        elif run.status == "refused":
+            payload = {field_: str(self.harness.settings.get("refusal_reply", self.harness.output.fallback_reply))}
+        else:
+            payload = {field_: self.harness.output.fallback_reply}
+        trace = self._trace(run, payload)
+        for sink in self.sinks:
+            try:
+                sink.emit(trace)
+            except Exception as exc:  # a broken sink must not lose the reply
+                sink_error = f"{type(sink).__name__}: {exc}"
+                trace = replace(trace, context={**trace.context, "sink_errors": [*trace.context.get("sink_errors", []), sink_error]})
+        return Response(str(payload[field_]), payload, trace)
+
+    def _trace(self, run: _Run, payload: dict[str, Any]) -> Trace:
+        req, prompt = run.request, run.prompt
+        rounds = tuple(run.rounds)
+        events = tuple(run.events) + tuple(e for r in rounds for e in r.hook_events)
+        return Trace(
+            request_id=req.request_id,
+            harness_name=self.harness.name,
+            harness_hash=self.harness_hash,
+            model=getattr(self.model, "name", type(self.model).__name__),
+            comments=tuple(run.comments or req.comments),
+            system_prompt=prompt.text if prompt else "",
+            block_hashes=prompt.block_hashes if prompt else {},
+            tools_visible=tuple(self.tools.names),
+            skills_available=tuple(s.name for s in self.harness.skills),
+            rounds=rounds,
+            skills_loaded=tuple(run.skills_loaded),
+            reply=str(payload[self.harness.output.reply_field]),
+            reply_payload=payload,
+            status=run.status,
+            hook_events=events,
+            context={
+                "room": run.hook_ctx.room,
+                "mode": req.mode,
+                "user_message": format_user_message(run.comments or list(req.comments), req.mode),
+                "status_reason": run.status_reason,
+            },
+            started_at=time.time(),
+            latency_ms=(time.perf_counter() - run.started) * 1000,
+            prompt_tokens=sum(r.prompt_tokens for r in rounds),
+            completion_tokens=sum(r.completion_tokens for r in rounds),
+        )

@@ -1,0 +1,184 @@
+"""What one request did, step by step: :class:`Trace` made of :class:`Round` s.
+
+Traces are the common currency of HAT: evaluation judges read them, training turns them into
+chat rows and RL rollouts, serving returns their id, evolution clusters their failures. So they
+are plain frozen data that round-trips through JSON (``to_dict`` / ``from_dict``) and converts to
+chat messages (``to_messages``) in the Hugging Face format.
+
+Units: every ``*_ms`` field is wall-clock milliseconds; token counts are the backend tokenizer's.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["HookEvent", "Round", "ToolCallRecord", "Trace", "read_traces", "write_traces"]
+
+
+@dataclass(frozen=True)
+class HookEvent:
+    """One hook verdict. ``verdict`` is ``allow`` | ``block`` | ``rewrite`` | ``retry``."""
+
+    point: str
+    hook: str
+    verdict: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class ToolCallRecord:
+    """One tool (or skill-loading) call as dispatched, after hooks.
+
+    ``status``: ``ok`` | ``error`` | ``timeout`` | ``blocked`` | ``unknown_tool`` | ``invalid_args``.
+    ``result`` is what the model saw as the observation. ``attempts`` counts retries + 1.
+    """
+
+    name: str
+    arguments: dict[str, Any]
+    result: Any = None
+    status: str = "ok"
+    error: str = ""
+    latency_ms: float = 0.0
+    attempts: int = 1
+    kind: str = "tool"  # "tool" or "skill"
+
+
+@dataclass(frozen=True)
+class Round:
+    """One model call and what followed it.
+
+    ``action``: ``tool_calls`` | ``reply`` | ``invalid`` (unparseable output; ``feedback`` says
+    why) | ``rejected`` (a stop-check hook asked for a retry).
+    ``model_ms`` is the generation time; ``total_ms`` the whole round (hooks and tools included).
+    """
+
+    index: int
+    raw_output: str
+    action: str
+    reasoning: str = ""
+    tool_calls: tuple[ToolCallRecord, ...] = ()
+    reply: dict[str, Any] | None = None
+    feedback: str = ""
+    hook_events: tuple[HookEvent, ...] = ()
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    model_ms: float = 0.0
+    total_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Everything one request did. ``status``: ``ok`` | ``fallback`` (every retry failed; the
+    harness's fallback reply was sent) | ``refused`` (an input hook blocked the request)."""
+
+    request_id: str
+    harness_name: str
+    harness_hash: str
+    model: str
+    comments: tuple[str, ...]
+    system_prompt: str
+    block_hashes: dict[str, str]
+    tools_visible: tuple[str, ...]
+    skills_available: tuple[str, ...]
+    rounds: tuple[Round, ...] = ()
+    skills_loaded: tuple[str, ...] = ()
+    reply: str = ""
+    reply_payload: dict[str, Any] = field(default_factory=dict)
+    status: str = "ok"
+    hook_events: tuple[HookEvent, ...] = ()
+    context: dict[str, Any] = field(default_factory=dict)
+    started_at: float = 0.0
+    latency_ms: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def tool_calls(self) -> list[ToolCallRecord]:
+        return [c for r in self.rounds for c in r.tool_calls if c.kind == "tool"]
+
+    @property
+    def model_ms(self) -> float:
+        return sum(r.model_ms for r in self.rounds)
+
+    @property
+    def overhead_ms(self) -> float:
+        """Everything that was not model time: prompt assembly, parsing, hooks, tools, bookkeeping."""
+        return max(0.0, self.latency_ms - self.model_ms)
+
+    # -- conversions ----------------------------------------------------------------------------
+    def to_messages(self, include_system: bool = True) -> list[dict[str, str]]:
+        """Chat messages in HF format: system, user, then per round the raw assistant output and
+        the observations/feedback that followed it as ``tool`` / ``user`` messages."""
+        messages: list[dict[str, str]] = []
+        if include_system:
+            messages.append({"role": "system", "content": self.system_prompt})
+        messages.append({"role": "user", "content": self.context.get("user_message", "\n".join(self.comments))})
+        for rnd in self.rounds:
+            messages.append({"role": "assistant", "content": rnd.raw_output})
+            messages.extend(round_observations(rnd))
+        return messages
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Trace:
+        rounds = tuple(
+            Round(
+                **{
+                    **r,
+                    "tool_calls": tuple(ToolCallRecord(**c) for c in r.get("tool_calls", ())),
+                    "hook_events": tuple(HookEvent(**e) for e in r.get("hook_events", ())),
+                }
+            )
+            for r in data.get("rounds", ())
+        )
+        fields = {
+            **data,
+            "rounds": rounds,
+            "comments": tuple(data.get("comments", ())),
+            "tools_visible": tuple(data.get("tools_visible", ())),
+            "skills_available": tuple(data.get("skills_available", ())),
+            "skills_loaded": tuple(data.get("skills_loaded", ())),
+            "hook_events": tuple(HookEvent(**e) for e in data.get("hook_events", ())),
+        }
+        return cls(**fields)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False, default=str)
+
+
+def round_observations(rnd: Round) -> list[dict[str, str]]:
+    """The messages that follow one assistant turn: tool observations, then any feedback."""
+    out = [
+        {
+            "role": "tool",
+            "content": "<tool_response>"
+            + json.dumps({"name": c.name, "status": c.status, "result": c.result}, ensure_ascii=False, default=str)
+            + "</tool_response>",
+        }
+        for c in rnd.tool_calls
+    ]
+    if rnd.feedback:
+        out.append({"role": "user", "content": rnd.feedback})
+    return out
+
+
+def write_traces(path: str | Path, traces: Iterable[Trace], append: bool = True) -> int:
+    """Append traces as JSONL (one trace per line). Returns how many were written."""
+    n = 0
+    with open(path, "a" if append else "w", encoding="utf-8") as fh:
+        for t in traces:
+            fh.write(t.to_json() + "\n")
+            n += 1
+    return n
+
+
+def read_traces(path: str | Path) -> list[Trace]:
+    with open(path, encoding="utf-8") as fh:
+        return [Trace.from_dict(json.loads(line)) for line in fh if line.strip()]
