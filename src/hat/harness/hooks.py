@@ -219,15 +219,15 @@ def _norm_number(text: str) -> str:
 
 
 class ToolRetryHook(Hook):
-    """Re-run a failed tool call: up to ``retries`` times for the statuses in ``on`` (``timeout``,
-    ``error``), sleeping ``backoff_s * 2**(attempt-1)`` between attempts."""
+    """Re-run a failed tool call: up to ``retries`` times for the statuses in ``statuses``
+    (``timeout``, ``error``), sleeping ``backoff_s * 2**(attempt-1)`` between attempts."""
 
     name = "tool_retry"
 
     def on_tool_error(
         self, ctx: HookContext, name: str, arguments: dict[str, Any], status: str, error: str, attempt: int
     ) -> Verdict | None:
-        if status not in self.config.get("on", ["timeout"]) or attempt > int(self.config.get("retries", 1)):
+        if status not in self.config.get("statuses", ["timeout"]) or attempt > int(self.config.get("retries", 1)):
             return None
         time.sleep(float(self.config.get("backoff_s", 0.2)) * 2 ** (attempt - 1))
         return Verdict.retry(f"{name} {status}; retry {attempt}")

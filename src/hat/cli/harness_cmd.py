@@ -1,0 +1,105 @@
+"""``hat harness …``: init, validate, diff, hash."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from hat.errors import HarnessError
+from hat.harness.loader import load_harness, resolve_harness_path, validate_harness
+from hat.harness.state import SectionDiff, diff_harness
+
+app = typer.Typer(help="Create, check and compare harness folders.", no_args_is_help=True)
+out = Console()
+err = Console(stderr=True)
+
+
+def _load_or_exit(ref: str):  # noqa: ANN202 - typer helper
+    try:
+        return load_harness(ref)
+    except HarnessError as exc:
+        err.print(f"error: {exc}", markup=False, soft_wrap=True, highlight=False)
+        raise typer.Exit(2) from exc
+
+
+@app.command()
+def init(
+    directory: Path = typer.Argument(..., help="Folder to create (must not exist or be empty)."),
+    source: str = typer.Option("livestream", "--from", help="Built-in harness or folder to copy."),
+) -> None:
+    """Write an editable copy of a harness (default: the built-in ``livestream``)."""
+    if directory.exists() and any(directory.iterdir()):
+        err.print(f"[red]error:[/] {directory} exists and is not empty; choose a new folder")
+        raise typer.Exit(2)
+    try:
+        src = resolve_harness_path(source)
+    except HarnessError as exc:
+        err.print(f"error: {exc}", markup=False, soft_wrap=True, highlight=False)
+        raise typer.Exit(2) from exc
+    shutil.copytree(src, directory, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+    harness = _load_or_exit(str(directory))
+    out.print(f"created {directory} from {source} (hash {harness.short_hash}); edit it, then `hat harness validate {directory}`")
+
+
+@app.command()
+def validate(ref: str = typer.Argument(..., help="Harness folder or built-in name.")) -> None:
+    """Check a harness; exit 0 when valid, 2 with every problem (file:line) otherwise."""
+    problems = validate_harness(ref)
+    if problems:
+        err.print(f"[red]{ref}: {len(problems)} problem(s)[/]")
+        for p in problems:
+            err.print(f"  {p}", markup=False, soft_wrap=True, highlight=False)
+        raise typer.Exit(2)
+    harness = load_harness(ref)
+    out.print(
+        f"[green]ok[/] {harness.name} {harness.version}: {len(harness.skills)} skills, {len(harness.tools)} tools, "
+        f"{len(harness.pipeline)} blocks, {len(harness.hooks)} hooks (hash {harness.short_hash})"
+    )
+
+
+def _print_section(title: str, diff: SectionDiff) -> None:
+    if diff.empty:
+        return
+    out.print(f"[bold]{title}[/]")
+    for name in diff.added:
+        out.print(f"  [green]+ {name}[/]")
+    for name in diff.removed:
+        out.print(f"  [red]- {name}[/]")
+    for old, new in diff.renamed:
+        out.print(f"  [yellow]~ {old} → {new}[/] (renamed)")
+    for name in diff.changed:
+        out.print(f"  [cyan]* {name}[/] (changed)")
+
+
+@app.command()
+def diff(
+    a: str = typer.Argument(..., help="Old harness (folder or name)."),
+    b: str = typer.Argument(..., help="New harness (folder or name)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the diff as JSON."),
+) -> None:
+    """Added / removed / renamed / changed skills, tools, blocks and hooks (exit 1 when they differ)."""
+    d = diff_harness(_load_or_exit(a), _load_or_exit(b))
+    if as_json:
+        print(json.dumps(d.to_dict(), indent=2))
+    else:
+        for title, section in (("skills", d.skills), ("tools", d.tools), ("blocks", d.blocks), ("hooks", d.hooks)):
+            _print_section(title, section)
+        if d.pipeline_changed:
+            out.print("[bold]pipeline[/] order changed")
+        if d.limits_changed:
+            out.print(f"[bold]limits[/] changed: {', '.join(d.limits_changed)}")
+        if d.other_changed:
+            out.print(f"[bold]other[/] changed: {', '.join(d.other_changed)}")
+        if d.empty:
+            out.print("no differences")
+    raise typer.Exit(0 if d.empty else 1)
+
+
+@app.command("hash")
+def hash_(ref: str = typer.Argument(..., help="Harness folder or built-in name.")) -> None:
+    """Print the harness's stable content hash (SHA-256)."""
+    print(_load_or_exit(ref).content_hash())
