@@ -42,11 +42,10 @@ def demo_records(agent: Agent, stream: list[dict[str, Any]], room: dict[str, Any
     """Answer each ``{"host": ..., "comment": ...}`` item in order. The room state carries over
     between comments (a product link switched by one reply stays switched), as in a real stream."""
     state_room = dict(room or {})
-    history: list[dict[str, str]] = []
     for item in stream:
-        request = Request.of(item["comment"], room=state_room, history=tuple(history[-4:]))
+        request = Request.of(item["comment"], room=state_room)
         response = agent.respond(request)
         state_room = dict(response.trace.context.get("room", state_room))
-        if item.get("host"):
-            history.append({"role": "assistant", "content": f"(host) {item['host']}"})
+        if "on_display" in response.trace.context.get("state", {}):  # a switched product link stays
+            state_room["on_display"] = response.trace.context["state"]["on_display"]
         yield reply_record(item["comment"], response, item.get("host"))

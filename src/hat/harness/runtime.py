@@ -347,6 +347,7 @@ class Agent:
             hook_events=events,
             context={
                 "room": run.hook_ctx.room,
+                "state": run.tool_ctx.state,
                 "mode": req.mode,
                 "user_message": format_user_message(run.comments or list(req.comments), req.mode),
                 "status_reason": run.status_reason,
