@@ -1,0 +1,132 @@
+"""Model backends and the spec strings that name them.
+
+Every command takes a model as one string, so a model is chosen the same way everywhere:
+
+    smollm2                      the bundled SmolLM2-135M-Instruct GGUF (transformers + gguf)
+    hf:<path-or-id>              a local checkpoint or PEFT adapter folder (a hub id downloads
+                                 only with HAT_ALLOW_DOWNLOAD=1)
+    openai:<base_url>#<model>    any OpenAI-compatible server (vLLM, SGLang, llama.cpp, ...)
+    scripted:<file.jsonl>        replays outputs from a file (tests, demos)
+
+A spec is ``name`` or ``name:argument``; the name picks a factory from a small registry and the
+rest goes to it. The registry is open (:func:`register_model_spec`) because some models belong to
+other layers: the simulator registers ``oracle`` when it is imported, without this package
+knowing about the simulator. An unknown name raises :class:`ModelSpecError` listing every form.
+
+Importing this package stays cheap: torch and transformers are imported only when a transformers
+model is loaded, and a missing one raises :class:`MissingDependencyError` with the install hint.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from hat.errors import ModelSpecError
+from hat.models.base import Generation, GenerationConfig, Message, Model
+from hat.models.openai_backend import OpenAICompatibleModel
+from hat.models.scripted import ScriptedModel
+from hat.models.transformers_backend import TransformersModel
+
+__all__ = [
+    "Generation",
+    "GenerationConfig",
+    "Message",
+    "Model",
+    "ModelFactory",
+    "OpenAICompatibleModel",
+    "ScriptedModel",
+    "TransformersModel",
+    "load_model",
+    "model_specs",
+    "register_model_spec",
+]
+
+ModelFactory = Callable[..., Model]
+"""``factory(argument: str, *, name: str, **kw) -> Model``; ``name`` is the full spec string."""
+
+
+@dataclass(frozen=True)
+class _SpecForm:
+    factory: ModelFactory
+    usage: str
+    takes_argument: bool
+
+
+_SPECS: dict[str, _SpecForm] = {}
+
+
+def register_model_spec(
+    prefix: str,
+    factory: ModelFactory,
+    *,
+    usage: str | None = None,
+    takes_argument: bool = True,
+    replace: bool = False,
+) -> None:
+    """Make ``load_model`` understand specs named ``prefix``.
+
+    ``factory(argument, name=spec, **kw)`` builds the model; ``argument`` is what follows
+    ``prefix:`` (empty for a bare ``prefix``). ``usage`` is how the form is shown in errors
+    (default ``prefix:<arg>``, or ``prefix`` when ``takes_argument`` is false). Registering a
+    taken prefix raises ``ValueError`` unless ``replace`` is true.
+    """
+    if not prefix or ":" in prefix or prefix != prefix.strip():
+        raise ValueError(f"a spec prefix must be a non-empty word without ':' (got {prefix!r})")
+    if prefix in _SPECS and not replace:
+        raise ValueError(f"model spec {prefix!r} is already registered; pass replace=True to override")
+    shown = usage or (f"{prefix}:<arg>" if takes_argument else prefix)
+    _SPECS[prefix] = _SpecForm(factory, shown, takes_argument)
+
+
+def model_specs() -> list[str]:
+    """The usage line of every registered spec form, in registration order."""
+    return [form.usage for form in _SPECS.values()]
+
+
+def load_model(spec: str, **kw: Any) -> Model:
+    """Build the model a spec string names; ``kw`` goes to the backend's factory."""
+    prefix, _, argument = spec.strip().partition(":")
+    form = _SPECS.get(prefix)
+    if form is None:
+        raise ModelSpecError(f"unknown model spec {spec!r}. {_valid_forms()}")
+    if form.takes_argument and not argument:
+        raise ModelSpecError(f"model spec {spec!r} needs an argument: {form.usage}. {_valid_forms()}")
+    if not form.takes_argument and argument:
+        raise ModelSpecError(f"model spec {spec!r} takes no argument; use {form.usage!r}. {_valid_forms()}")
+    kw.setdefault("name", spec.strip())
+    return form.factory(argument, **kw)
+
+
+def _valid_forms() -> str:
+    return "Valid forms: " + ", ".join(model_specs())
+
+
+def _smollm2(argument: str, **kw: Any) -> Model:
+    return TransformersModel.smollm2(**kw)
+
+
+def _hf(argument: str, **kw: Any) -> Model:
+    return TransformersModel.from_pretrained(argument, **kw)
+
+
+def _openai(argument: str, **kw: Any) -> Model:
+    base_url, sep, model = argument.rpartition("#")
+    if not sep or not base_url or not model:
+        raise ModelSpecError(
+            f"openai spec needs a base URL and a model name: openai:<base_url>#<model> "
+            f"(e.g. openai:http://127.0.0.1:8000/v1#Qwen/Qwen2.5-1.5B-Instruct); got {argument!r}"
+        )
+    return OpenAICompatibleModel(base_url, model, **kw)
+
+
+def _scripted(argument: str, **kw: Any) -> Model:
+    return ScriptedModel.from_jsonl(os.path.expanduser(argument), **kw)
+
+
+register_model_spec("smollm2", _smollm2, takes_argument=False)
+register_model_spec("hf", _hf, usage="hf:<path-or-hub-id>")
+register_model_spec("openai", _openai, usage="openai:<base_url>#<model>")
+register_model_spec("scripted", _scripted, usage="scripted:<file.jsonl>")

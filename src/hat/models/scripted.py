@@ -1,0 +1,180 @@
+"""A model that replays scripted outputs: the test double shipped with HAT.
+
+Tests of the runtime, the judges and the trainers need a model whose answers are known in
+advance, fast and free of torch. :class:`ScriptedModel` plays that part, the way httpx ships a
+mock transport: it replays a list of outputs (or asks a callable for each one), records every
+call so a test can assert what the model was shown, and behaves like a real backend where that
+is cheap to copy (stop strings cut the text, ``stream`` yields word pieces, token counts are
+whitespace words).
+
+The stop-string helpers live here too because every backend needs the same semantics and this
+module is the one backend without heavy imports: a stop string ends the text and is *not*
+included in it (the OpenAI convention). :func:`cut_stream_at_stop` applies the same rule to a
+stream of pieces, holding back only as many characters as the longest stop string could span.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+
+from hat.errors import ModelError, ModelSpecError
+from hat.models.base import Generation, GenerationConfig, Message
+
+__all__ = ["ScriptedModel", "cut_stream_at_stop", "truncate_at_stop"]
+
+_WORD_PIECE = re.compile(r"\s*\S+|\s+$")
+
+
+def truncate_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
+    """Cut ``text`` before the earliest stop string; return the text and whether one was found."""
+    cut = min((i for s in stop if s and (i := text.find(s)) >= 0), default=-1)
+    return (text[:cut], True) if cut >= 0 else (text, False)
+
+
+def cut_stream_at_stop(pieces: Iterable[str], stop: Sequence[str]) -> Iterator[str]:
+    """Re-yield ``pieces`` up to (not including) the first stop string, which may span pieces.
+
+    Characters that could still be the start of a stop string are held back until the next
+    piece decides; the stream ends as soon as a stop string is complete.
+    """
+    stops = [s for s in stop if s]
+    source = iter(pieces)
+    try:
+        if not stops:
+            yield from source
+            return
+        hold = max(len(s) for s in stops) - 1
+        pending = ""
+        for piece in source:
+            pending += piece
+            text, hit = truncate_at_stop(pending, stops)
+            if hit:
+                if text:
+                    yield text
+                return
+            safe = len(pending) - hold
+            if safe > 0:
+                yield pending[:safe]
+                pending = pending[safe:]
+        if pending:
+            yield pending
+    finally:
+        # Stopping early (or the caller closing us) must also stop the producer, e.g. a
+        # generation thread or an open HTTP response.
+        close = getattr(source, "close", None)
+        if close is not None:
+            close()
+
+
+def word_pieces(text: str) -> list[str]:
+    """Split ``text`` into pieces of leading whitespace + one word; ``"".join`` gives it back."""
+    return _WORD_PIECE.findall(text)
+
+
+class ScriptedModel:
+    """Replays ``outputs`` in order, or asks ``outputs(messages)`` for each generation.
+
+    ``loop=True`` starts again from the first output when the script runs out; otherwise the
+    next call raises :class:`ModelError`. ``calls`` holds a copy of the messages of every call,
+    in order. ``GenerationConfig.stop`` is honoured; ``max_new_tokens`` is not (a script is
+    replayed verbatim). Thread-safe.
+    """
+
+    def __init__(
+        self,
+        outputs: Sequence[str] | Callable[[list[Message]], str],
+        name: str = "scripted",
+        loop: bool = False,
+    ) -> None:
+        if not callable(outputs) and isinstance(outputs, str):
+            raise TypeError("outputs must be a sequence of strings or a callable, not one string")
+        self.name = name
+        self.loop = loop
+        self.calls: list[list[Message]] = []
+        self._outputs = outputs if callable(outputs) else list(outputs)
+        self._next = 0
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_jsonl(cls, path: str | Path, *, name: str | None = None, loop: bool = False) -> ScriptedModel:
+        """Read outputs from a JSONL file: each line a JSON string or an object ``{"output": ...}``."""
+        path = Path(path)
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise ModelSpecError(f"cannot read scripted outputs from {path}: {exc}") from exc
+        outputs = [_parse_line(path, n, line) for n, line in enumerate(lines, 1) if line.strip()]
+        return cls(outputs, name=name or f"scripted:{path}", loop=loop)
+
+    @property
+    def remaining(self) -> int | None:
+        """Outputs left before the script runs out (``None`` for a callable or a looping script)."""
+        if callable(self._outputs) or self.loop:
+            return None
+        return len(self._outputs) - self._next
+
+    def generate(
+        self,
+        messages: Sequence[Message],
+        config: GenerationConfig | None = None,
+        *,
+        cache_key: str | None = None,
+    ) -> Generation:
+        start = time.perf_counter()
+        config = config or GenerationConfig()
+        raw = self._take(messages)
+        text, _ = truncate_at_stop(raw, config.stop)
+        return Generation(
+            text=text,
+            prompt_tokens=sum(len(m.get("content", "").split()) for m in messages),
+            completion_tokens=len(text.split()),
+            latency_s=time.perf_counter() - start,
+            ttft_s=0.0,
+            finish_reason="stop",
+        )
+
+    def stream(
+        self,
+        messages: Sequence[Message],
+        config: GenerationConfig | None = None,
+        *,
+        cache_key: str | None = None,
+    ) -> Iterator[str]:
+        # Generate eagerly so the call is recorded (and exhaustion raised) when stream() is
+        # called, not when the caller first iterates.
+        text = self.generate(messages, config, cache_key=cache_key).text
+        return iter(word_pieces(text))
+
+    def _take(self, messages: Sequence[Message]) -> str:
+        snapshot = [dict(m) for m in messages]
+        with self._lock:
+            self.calls.append(snapshot)
+            if callable(self._outputs):
+                return str(self._outputs(snapshot))
+            if self._next >= len(self._outputs):
+                if not self.loop or not self._outputs:
+                    raise ModelError(
+                        f"scripted model {self.name!r} ran out of outputs after {len(self._outputs)} "
+                        "call(s); add more outputs to the script or pass loop=True"
+                    )
+                self._next = 0
+            out = self._outputs[self._next]
+            self._next += 1
+            return out
+
+
+def _parse_line(path: Path, number: int, line: str) -> str:
+    try:
+        value = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ModelSpecError(f"{path}:{number}: not valid JSON ({exc.msg})") from exc
+    if isinstance(value, dict) and isinstance(value.get("output"), str):
+        return value["output"]
+    if isinstance(value, str):
+        return value
+    raise ModelSpecError(f'{path}:{number}: expected a JSON string or an object {{"output": "..."}}')

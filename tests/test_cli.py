@@ -1,0 +1,75 @@
+"""The ``hat`` CLI end to end (scripted model: no weights needed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from hat.cli.main import app
+
+runner = CliRunner()
+REQUIRED = {"comment", "reply", "harness_hash", "rounds", "tool_calls", "latency_ms", "trace"}
+
+
+def _script(tmp_path: Path, outputs: list[str]) -> str:
+    path = tmp_path / "script.jsonl"
+    path.write_text("\n".join(json.dumps({"output": o}) for o in outputs) + "\n")
+    return f"scripted:{path}"
+
+
+def test_init_validate_hash_diff(tmp_path):
+    target = tmp_path / "mine"
+    assert runner.invoke(app, ["harness", "init", str(target)]).exit_code == 0
+    assert (target / "harness.yaml").is_file() and (target / "skills" / "product-qa" / "SKILL.md").is_file()
+    assert runner.invoke(app, ["harness", "validate", str(target)]).exit_code == 0
+    h1 = runner.invoke(app, ["harness", "hash", str(target)]).output.strip()
+    assert h1 == runner.invoke(app, ["harness", "hash", "livestream"]).output.strip()
+    # rename a tool the way an operator would: edit its YAML and the skills that mention it
+    tool = target / "tools" / "get_price.yaml"
+    tool.write_text(tool.read_text().replace("name: get_price", "name: price_lookup"))
+    tool.rename(target / "tools" / "price_lookup.yaml")
+    result = runner.invoke(app, ["harness", "diff", "livestream", str(target), "--json"])
+    assert result.exit_code == 1
+    diff = json.loads(result.output)
+    assert diff["tools"]["renamed"] == [["get_price", "price_lookup"]]
+    assert runner.invoke(app, ["harness", "hash", str(target)]).output.strip() != h1
+    assert runner.invoke(app, ["harness", "init", str(target)]).exit_code == 2  # refuses a non-empty folder
+
+
+def test_run_json_with_tool_call(tmp_path):
+    spec = _script(tmp_path, [
+        '<tool_call>{"name": "get_price", "arguments": {}}</tool_call>',
+        '<reply>{"reply": "Great choice, check the price on screen!"}</reply>',
+    ])
+    result = runner.invoke(app, ["run", "--model", spec, "--comment", "how much is this dress?", "--json"])
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.output)
+    assert REQUIRED <= set(record)
+    assert record["rounds"] == 2 and record["tool_calls"][0]["name"] == "get_price"
+    assert record["tool_calls"][0]["status"] == "ok"
+    assert record["trace"]["rounds"][0]["tool_calls"][0]["result"]["product"] == "p-dress-01"  # the product on display
+
+
+def test_demo_json_lines(tmp_path):
+    spec = _script(tmp_path, ['<reply>{"reply": "Thanks for joining the stream!"}</reply>'] * 3)
+    result = runner.invoke(app, ["demo", "--comments", "3", "--model", spec, "--json", "--seed", "1"])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 3
+    for line in lines:
+        assert REQUIRED <= set(line) and line["reply"] == "Thanks for joining the stream!"
+    assert len({line["comment"] for line in lines}) == 3
+
+
+def test_unknown_model_spec_lists_valid_forms():
+    result = runner.invoke(app, ["run", "--model", "gpt5", "--comment", "hi"])
+    assert result.exit_code == 2
+    assert "smollm2" in result.output and "openai:<base_url>#<model>" in result.output
+
+
+def test_broken_harness_exits_2(tmp_path):
+    (tmp_path / "bad").mkdir()
+    result = runner.invoke(app, ["run", "--harness", str(tmp_path / "bad"), "--model", "smollm2", "--comment", "hi"])
+    assert result.exit_code == 2 and "harness.yaml" in result.output
