@@ -6,7 +6,12 @@ from pathlib import Path
 import pytest
 
 MINI_TOOLS = {
-    "get_price": ("Price of a product.", {"product": {"type": "string"}}, ["product"], "python:toolbox:get_price"),
+    "get_price": (
+        "Price of a product.",
+        {"product": {"type": "string"}},
+        ["product"],
+        "python:toolbox:get_price",
+    ),
     "boom": ("Always fails.", {"text": {"type": "string"}}, [], "python:toolbox:boom"),
     "hang": ("Never answers in time.", {"seconds": {"type": "number"}}, [], "python:toolbox:hang"),
     "flaky": ("Slow the first time.", {"key": {"type": "string"}}, ["key"], "python:toolbox:flaky"),
@@ -17,7 +22,8 @@ def write_mini_harness(root: Path) -> Path:
     """A small but complete harness: 2 skills, 4 tools, 3 prompt blocks, the built-in hooks."""
     (root / "prompts").mkdir(parents=True)
     (root / "tools").mkdir()
-    (root / "harness.yaml").write_text(textwrap.dedent("""\
+    (root / "harness.yaml").write_text(
+        textwrap.dedent("""\
         name: mini
         version: "0.1"
         description: a test harness
@@ -35,13 +41,18 @@ def write_mini_harness(root: Path) -> Path:
             config: {retries: 1, backoff_s: 0.0, statuses: [timeout]}
         settings:
           refusal_reply: "Sorry, I could not read that comment."
-        """))
-    (root / "prompts" / "role.md").write_text("You are {{ harness.name }}, a live host. Product: {{ product.name if product else 'none' }}.")
+        """)
+    )
+    (root / "prompts" / "role.md").write_text(
+        "You are {{ harness.name }}, a live host. Product: {{ product.name if product else 'none' }}."
+    )
     (root / "prompts" / "catalog.md").write_text(
         "Skills:\n{% for s in skills %}- {{ s.name }}: {{ s.description }}\n{% endfor %}"
         "Tools:\n{% for t in tool_signatures_json %}{{ t }}\n{% endfor %}"
     )
-    (root / "prompts" / "format.md").write_text('Reply as <reply>{"{{ reply_field }}": "..."}</reply>, max {{ limits.reply_max_chars }} chars.')
+    (root / "prompts" / "format.md").write_text(
+        'Reply as <reply>{"{{ reply_field }}": "..."}</reply>, max {{ limits.reply_max_chars }} chars.'
+    )
     for name, (desc, props, required, binding) in MINI_TOOLS.items():
         schema = {"type": "object", "properties": props, "required": required}
         import yaml
@@ -52,7 +63,8 @@ def write_mini_harness(root: Path) -> Path:
     for skill, desc in (("price-talk", "Use for price questions."), ("chit-chat", "Use for small talk.")):
         (root / "skills" / skill).mkdir(parents=True)
         (root / "skills" / skill / "SKILL.md").write_text(
-            f"---\nname: {skill}\ndescription: {desc}\nmetadata:\n  version: '1'\n---\n1. Be brief.\n2. Use tools for numbers.\n"
+            f"---\nname: {skill}\ndescription: {desc}\nmetadata:\n  version: '1'\n---\n"
+            "1. Be brief.\n2. Use tools for numbers.\n"
         )
     return root
 

@@ -39,14 +39,17 @@ def test_init_validate_hash_diff(tmp_path):
 
 
 def test_run_json_with_tool_call(tmp_path):
-    spec = _script(tmp_path, [
-        '<tool_call>{"name": "get_price", "arguments": {}}</tool_call>',
-        '<reply>{"reply": "Great choice, check the price on screen!"}</reply>',
-    ])
+    spec = _script(
+        tmp_path,
+        [
+            '<tool_call>{"name": "get_price", "arguments": {}}</tool_call>',
+            '<reply>{"reply": "Great choice, check the price on screen!"}</reply>',
+        ],
+    )
     result = runner.invoke(app, ["run", "--model", spec, "--comment", "how much is this dress?", "--json"])
     assert result.exit_code == 0, result.output
     record = json.loads(result.output)
-    assert REQUIRED <= set(record)
+    assert set(record) >= REQUIRED
     assert record["rounds"] == 2 and record["tool_calls"][0]["name"] == "get_price"
     assert record["tool_calls"][0]["status"] == "ok"
     assert record["trace"]["rounds"][0]["tool_calls"][0]["result"]["product"] == "p-dress-01"  # the product on display
@@ -59,7 +62,7 @@ def test_demo_json_lines(tmp_path):
     lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     assert len(lines) == 3
     for line in lines:
-        assert REQUIRED <= set(line) and line["reply"] == "Thanks for joining the stream!"
+        assert set(line) >= REQUIRED and line["reply"] == "Thanks for joining the stream!"
     assert len({line["comment"] for line in lines}) == 3
 
 

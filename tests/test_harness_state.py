@@ -49,7 +49,8 @@ def test_diff_reports_added_removed_renamed_changed(mini_harness_dir):
     renamed = dataclasses.replace(price, name="price_lookup")
     changed = dataclasses.replace(boom, description="Fails, loudly.")
     new_tool = dataclasses.replace(boom, name="extra", description="A brand-new tool.")
-    tools = tuple(t for t in a.tools if t.name not in ("get_price", "boom", "hang")) + (renamed, changed, new_tool)
+    kept = [t for t in a.tools if t.name not in ("get_price", "boom", "hang")]
+    tools = (*kept, renamed, changed, new_tool)
     skills = tuple(s for s in a.skills if s.name != "chit-chat")
     b = a.replace(tools=tools, skills=skills, pipeline=tuple(reversed(a.pipeline)))
     d = diff_harness(a, b)

@@ -32,40 +32,60 @@ def _break(path: Path, rel: str, text: str) -> None:
 
 
 CASES = {
-    "invalid_yaml": ("harness.yaml", "name: mini\npipeline: [role, catalog\nlimits: {}\n", "harness.yaml:", "invalid YAML"),
+    "invalid_yaml": (
+        "harness.yaml",
+        "name: mini\npipeline: [role, catalog\nlimits: {}\n",
+        "harness.yaml:",
+        "invalid YAML",
+    ),
     "skill_name_rules": (
-        "skills/Bad_Name/SKILL.md", "---\nname: Bad_Name\ndescription: x\n---\nbody\n",
-        "skills/Bad_Name/SKILL.md:2", "a-z, 0-9",
+        "skills/Bad_Name/SKILL.md",
+        "---\nname: Bad_Name\ndescription: x\n---\nbody\n",
+        "skills/Bad_Name/SKILL.md:2",
+        "a-z, 0-9",
     ),
     "skill_name_not_folder": (
-        "skills/folder-a/SKILL.md", "---\nname: other-name\ndescription: x\n---\nbody\n",
-        "skills/folder-a/SKILL.md:2", "must equal its folder name",
+        "skills/folder-a/SKILL.md",
+        "---\nname: other-name\ndescription: x\n---\nbody\n",
+        "skills/folder-a/SKILL.md:2",
+        "must equal its folder name",
     ),
     "skill_description_too_long": (
-        "skills/long-desc/SKILL.md", "---\nname: long-desc\ndescription: " + "x" * 1100 + "\n---\nbody\n",
-        "skills/long-desc/SKILL.md:3", "limit is 1024",
+        "skills/long-desc/SKILL.md",
+        "---\nname: long-desc\ndescription: " + "x" * 1100 + "\n---\nbody\n",
+        "skills/long-desc/SKILL.md:3",
+        "limit is 1024",
     ),
-    "skill_no_front_matter": ("skills/plain/SKILL.md", "just text\n", "skills/plain/SKILL.md:1", "front matter"),
+    "skill_no_front_matter": (
+        "skills/plain/SKILL.md",
+        "just text\n",
+        "skills/plain/SKILL.md:1",
+        "front matter",
+    ),
     "duplicate_tool": (
         "tools/zz_copy.yaml",
         "name: get_price\ndescription: again\nparameters: {type: object}\nbinding: python:toolbox:get_price\n",
-        "tools/", "duplicate tool name 'get_price'",
+        "tools/",
+        "duplicate tool name 'get_price'",
     ),
     "invalid_json_schema": (
         "tools/bad_schema.yaml",
         "name: bad_schema\ndescription: d\nparameters:\n  type: object\n  properties:\n    x: {type: 12}\n"
         "binding: python:toolbox:boom\n",
-        "tools/bad_schema.yaml:3", "invalid JSON schema",
+        "tools/bad_schema.yaml:3",
+        "invalid JSON schema",
     ),
     "unimportable_binding": (
         "tools/ghost.yaml",
         "name: ghost\ndescription: d\nparameters: {type: object}\nbinding: python:no_such_module_xyz:fn\n",
-        "tools/ghost.yaml", "cannot be imported",
+        "tools/ghost.yaml",
+        "cannot be imported",
     ),
     "undeclared_mcp_server": (
         "tools/remote.yaml",
         "name: remote\ndescription: d\nparameters: {type: object}\nbinding: mcp:nowhere/tool\n",
-        "tools/remote.yaml", "not declared under mcp_servers",
+        "tools/remote.yaml",
+        "not declared under mcp_servers",
     ),
     "jinja_syntax": ("prompts/broken.md", "Hello {{ name ", "prompts/broken.md:1", "Jinja syntax error"),
 }

@@ -279,9 +279,7 @@ def render_system_prompt(room: dict[str, Any], faq: list[dict[str, str]]) -> str
     skills = [SimpleNamespace(**front_matter(p)[0]) for p in SKILL_FILES]
     tool_objects = [_Tool(yaml.safe_load(p.read_text(encoding="utf-8"))) for p in TOOL_FILES]
     variables = {
-        "harness": SimpleNamespace(
-            name=config["name"], version=config["version"], description=config["description"]
-        ),
+        "harness": SimpleNamespace(name=config["name"], version=config["version"], description=config["description"]),
         "limits": SimpleNamespace(**config["limits"]),
         "settings": config["settings"],
         "skills": skills,

@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("mcp")
 
-from hat.harness import Agent, load_harness  # noqa: E402
-from hat.models.scripted import ScriptedModel  # noqa: E402
+from hat.harness import Agent, load_harness
+from hat.models.scripted import ScriptedModel
 
 SERVER = Path(__file__).parent / "fixtures" / "mcp_server.py"
 

@@ -92,9 +92,7 @@ def test_openai_spec_splits_url_and_model() -> None:
     assert model.name == "openai:http://127.0.0.1:9/v1#org/model-7b"
 
 
-def test_hf_missing_path_and_hub_id_without_permission(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_hf_missing_path_and_hub_id_without_permission(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("HAT_ALLOW_DOWNLOAD", raising=False)
     with pytest.raises(ModelSpecError, match="does not exist"):
         load_model(f"hf:{tmp_path / 'nope'}")
@@ -456,9 +454,7 @@ def _last_logits(model: Any, tokenizer: Any) -> Any:
         return model(input_ids=ids).logits[0, -1]
 
 
-def test_lora_adapter_dir_loads_through_hf_spec(
-    tiny_dir: Path, tmp_path: Path, tiny: TransformersModel
-) -> None:
+def test_lora_adapter_dir_loads_through_hf_spec(tiny_dir: Path, tmp_path: Path, tiny: TransformersModel) -> None:
     import torch
 
     adapter_dir = tmp_path / "adapter"

@@ -22,9 +22,13 @@ def test_several_tool_calls_win_over_reply():
 def test_lenient_repairs():
     assert parse_output('<reply>{"reply": "ok"}').reply == {"reply": "ok"}  # cut at the stop string
     assert parse_output("<reply>plain words</reply>").reply == {"reply": "plain words"}
-    assert parse_output('<tool_call>{"name": "f", "arguments": {"a": 1,},}</tool_call>').tool_calls[0].arguments == {"a": 1}
+    assert parse_output('<tool_call>{"name": "f", "arguments": {"a": 1,},}</tool_call>').tool_calls[0].arguments == {
+        "a": 1
+    }
     assert parse_output('<tool_call>{"name": "f", "arguments": {"a": 1}').kind == "tool_calls"
-    assert parse_output('<tool_call>{"name": "f", "arguments": "{\\"a\\": 2}"}</tool_call>').tool_calls[0].arguments == {"a": 2}
+    assert parse_output('<tool_call>{"name": "f", "arguments": "{\\"a\\": 2}"}</tool_call>').tool_calls[
+        0
+    ].arguments == {"a": 2}
     assert parse_output("<|im_start|><reply>hey</reply><|im_end|>").reply == {"reply": "hey"}
 
 
@@ -44,7 +48,7 @@ def test_invalid_outputs_explain_what_to_do():
 
 
 def test_reply_field_is_configurable():
-    assert 'answer' in parse_output("nothing", reply_field="answer").error
+    assert "answer" in parse_output("nothing", reply_field="answer").error
     assert parse_output("<reply>x</reply>", reply_field="answer").reply == {"answer": "x"}
 
 

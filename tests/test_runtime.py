@@ -130,10 +130,18 @@ def test_schema_hook_and_plain_reply(mini_harness_dir):
 
 @pytest.mark.parametrize(
     "comment,status",
-    [("x" * 20_000, "ok"), ("\x00\x01\x1b[31mhi\u202e\x7f" * 50, "ok"), ("", "refused"), ("\x00\x00  \n", "refused")],
+    [
+        ("x" * 20_000, "ok"),
+        ("\x00\x01\x1b[31mhi\u202e\x7f" * 50, "ok"),
+        ("", "refused"),
+        ("\x00\x00  \n", "refused"),
+    ],
 )
 def test_hostile_and_empty_comments(mini_harness_dir, comment, status):
-    agent = agent_for(mini_harness_dir, ['<reply>{"reply": "Hello!"}</reply>'], )
+    agent = agent_for(
+        mini_harness_dir,
+        ['<reply>{"reply": "Hello!"}</reply>'],
+    )
     resp = agent.respond(Request.of(comment))
     assert resp.status == status
     if status == "refused":
@@ -160,8 +168,11 @@ def test_project_hooks_block_and_rewrite(mini_harness_dir):
 
 def test_reasoning_is_stripped_before_dispatch(mini_harness_dir, tmp_path):
     out = tmp_path / "traces.jsonl"
-    agent = agent_for(mini_harness_dir, ['<think>secret plan</think><reply>{"reply": "Hi!", "reasoning": "x"}</reply>'],
-                      sinks=[JSONLSink(out)])
+    agent = agent_for(
+        mini_harness_dir,
+        ['<think>secret plan</think><reply>{"reply": "Hi!", "reasoning": "x"}</reply>'],
+        sinks=[JSONLSink(out)],
+    )
     resp = agent.respond("hi")
     assert resp.payload == {"reply": "Hi!"}
     saved = read_traces(out)

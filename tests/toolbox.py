@@ -19,7 +19,11 @@ def get_price(product: str, *, context=None) -> dict:
     _count("get_price")
     if product != "p-1":
         raise LookupError(f"no product {product!r}; try p-1")
-    return {"product": product, "price": 19.9, "on_display": (context.room.get("on_display") if context else None)}
+    return {
+        "product": product,
+        "price": 19.9,
+        "on_display": (context.room.get("on_display") if context else None),
+    }
 
 
 def boom(text: str = "") -> dict:

@@ -26,7 +26,12 @@ def reply_record(comment: str, response: Response, host: str | None = None) -> d
         "harness_hash": trace.harness_hash,
         "rounds": len(trace.rounds),
         "tool_calls": [
-            {"name": c.name, "arguments": c.arguments, "status": c.status, "latency_ms": round(c.latency_ms, 2)}
+            {
+                "name": c.name,
+                "arguments": c.arguments,
+                "status": c.status,
+                "latency_ms": round(c.latency_ms, 2),
+            }
             for c in trace.tool_calls
         ],
         "skills_loaded": list(trace.skills_loaded),
@@ -38,7 +43,9 @@ def reply_record(comment: str, response: Response, host: str | None = None) -> d
     }
 
 
-def demo_records(agent: Agent, stream: list[dict[str, Any]], room: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
+def demo_records(
+    agent: Agent, stream: list[dict[str, Any]], room: dict[str, Any] | None = None
+) -> Iterator[dict[str, Any]]:
     """Answer each ``{"host": ..., "comment": ...}`` item in order. The room state carries over
     between comments (a product link switched by one reply stays switched), as in a real stream."""
     state_room = dict(room or {})

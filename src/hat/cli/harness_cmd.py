@@ -18,7 +18,7 @@ out = Console()
 err = Console(stderr=True)
 
 
-def _load_or_exit(ref: str):  # noqa: ANN202 - typer helper
+def _load_or_exit(ref: str):
     try:
         return load_harness(ref)
     except HarnessError as exc:
@@ -42,7 +42,10 @@ def init(
         raise typer.Exit(2) from exc
     shutil.copytree(src, directory, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
     harness = _load_or_exit(str(directory))
-    out.print(f"created {directory} from {source} (hash {harness.short_hash}); edit it, then `hat harness validate {directory}`")
+    out.print(
+        f"created {directory} from {source} (hash {harness.short_hash}); "
+        f"edit it, then `hat harness validate {directory}`"
+    )
 
 
 @app.command()
@@ -86,7 +89,12 @@ def diff(
     if as_json:
         print(json.dumps(d.to_dict(), indent=2))
     else:
-        for title, section in (("skills", d.skills), ("tools", d.tools), ("blocks", d.blocks), ("hooks", d.hooks)):
+        for title, section in (
+            ("skills", d.skills),
+            ("tools", d.tools),
+            ("blocks", d.blocks),
+            ("hooks", d.hooks),
+        ):
             _print_section(title, section)
         if d.pipeline_changed:
             out.print("[bold]pipeline[/] order changed")

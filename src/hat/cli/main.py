@@ -7,7 +7,14 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from hat.cli.common import DEFAULT_HARNESS, DEFAULT_MODEL, build_agent
 from hat.cli.harness_cmd import app as harness_app
@@ -51,7 +58,9 @@ def _show(record: dict, console: Console = out) -> None:
         console.print(f"[magenta]host:[/] {record['host']}")
     console.print(f"[cyan]viewer:[/] {record['comment'][:300]}")
     for call in record["tool_calls"]:
-        console.print(f"  [yellow]tool[/] {call['name']}({json.dumps(call['arguments'], ensure_ascii=False)}) → {call['status']}")
+        console.print(
+            f"  [yellow]tool[/] {call['name']}({json.dumps(call['arguments'], ensure_ascii=False)}) → {call['status']}"
+        )
     if record["skills_loaded"]:
         console.print(f"  [blue]skills[/] {', '.join(record['skills_loaded'])}")
     console.print(f"[bold green]avatar:[/] {record['reply']}")
@@ -75,7 +84,13 @@ def demo(
 
     agent = build_agent(harness, model, sinks=[JSONLSink(trace_out)] if trace_out else [])
     stream = demo_stream(comments, seed)
-    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, console=err if as_json else out, transient=True) as progress:
         task = progress.add_task("live session", total=len(stream))
         for record in demo_records(agent, stream):

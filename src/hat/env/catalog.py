@@ -198,8 +198,6 @@ def catalog_for(context: Any = None) -> Catalog:
     return catalog if isinstance(catalog, Catalog) else load_catalog()
 
 
-def find_product(
-    query: str, *, prefer: str | None = None, catalog: Catalog | None = None
-) -> dict[str, Any] | None:
+def find_product(query: str, *, prefer: str | None = None, catalog: Catalog | None = None) -> dict[str, Any] | None:
     """Resolve ``query`` (an id or a fuzzy reference) against ``catalog`` (default: the bundled one)."""
     return (catalog or load_catalog()).find_product(query, prefer=prefer)

@@ -136,9 +136,7 @@ def get_stock(
     chosen_color = _pick_option(color, _options(item, "color"), "color", item) if color else None
     chosen_size = _pick_option(size, _options(item, "size"), "size", item) if size else None
     variants = [
-        dict(v)
-        for v in item["stock"]
-        if chosen_color in (None, v["color"]) and chosen_size in (None, v["size"])
+        dict(v) for v in item["stock"] if chosen_color in (None, v["color"]) and chosen_size in (None, v["size"])
     ]
     qty = sum(v["qty"] for v in variants)
     return {
@@ -210,8 +208,7 @@ def search_faq(query: str, *, context: ToolContext | None = None) -> dict[str, A
             scored.append((score, entry))
     scored.sort(key=lambda item: -item[0])  # stable: catalog order breaks ties
     results = [
-        {"id": e["id"], "question": e["question"], "answer": e["answer"], "score": score}
-        for score, e in scored[:3]
+        {"id": e["id"], "question": e["question"], "answer": e["answer"], "score": score} for score, e in scored[:3]
     ]
     return {"query": query, "results": results}
 

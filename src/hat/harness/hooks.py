@@ -50,7 +50,15 @@ __all__ = [
     "check_hook_spec",
 ]
 
-HOOK_POINTS = ("input", "before_model", "after_model", "before_tool", "after_tool", "tool_error", "stop_check")
+HOOK_POINTS = (
+    "input",
+    "before_model",
+    "after_model",
+    "before_tool",
+    "after_tool",
+    "tool_error",
+    "stop_check",
+)
 
 
 @dataclass(frozen=True)
@@ -165,8 +173,10 @@ class ReplySchemaHook(Hook):
             return None
         field_ = ctx.harness.output.reply_field
         return Verdict.retry(
-            self.feedback(f"the reply does not match the schema ({errors[0].message}); "
-                          f'answer as <reply>{{"{field_}": "..."}}</reply>')
+            self.feedback(
+                f"the reply does not match the schema ({errors[0].message}); "
+                f'answer as <reply>{{"{field_}": "..."}}</reply>'
+            )
         )
 
 
@@ -180,7 +190,9 @@ class ReplyLengthHook(Hook):
         limit = int(self.config.get("max_chars", ctx.harness.limits.reply_max_chars))
         if len(text) <= limit:
             return None
-        return Verdict.retry(self.feedback(f"the reply has {len(text)} characters; the limit is {limit}. Say it shorter."))
+        return Verdict.retry(
+            self.feedback(f"the reply has {len(text)} characters; the limit is {limit}. Say it shorter.")
+        )
 
 
 _NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)?")
@@ -204,8 +216,10 @@ class GroundedClaimsHook(Hook):
         for number in _NUMBER.findall(text):
             if _norm_number(number) not in known and number not in allowed:
                 return Verdict.retry(
-                    self.feedback(f"the number {number} is not in the product data or any tool result; "
-                                  "call a tool to check it or leave it out")
+                    self.feedback(
+                        f"the number {number} is not in the product data or any tool result; "
+                        "call a tool to check it or leave it out"
+                    )
                 )
         return None
 

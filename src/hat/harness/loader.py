@@ -16,8 +16,6 @@ PyYAML's node marks, so ``hat harness validate`` points at the offending entry, 
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +34,15 @@ __all__ = ["BUILTIN_HARNESSES", "load_harness", "resolve_harness_path", "save_ha
 SKILL_NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 TOOL_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$")
 HARNESS_KEYS = {
-    "name", "version", "description", "pipeline", "limits", "output", "hooks", "mcp_servers", "settings",
+    "name",
+    "version",
+    "description",
+    "pipeline",
+    "limits",
+    "output",
+    "hooks",
+    "mcp_servers",
+    "settings",
 }
 BUILTIN_HARNESSES = ("livestream",)
 
@@ -149,7 +155,11 @@ def _check_skill_fields(meta: dict[str, Any], folder: str, rel: str, doc: _Doc, 
         problems.append(Problem(rel, "front matter needs a 'name'", doc.line("name")))
     elif len(name) > 64 or not SKILL_NAME_RE.match(name):
         problems.append(
-            Problem(rel, f"skill name {name!r} must be ≤ 64 chars of a-z, 0-9 and single hyphens", doc.line("name"))
+            Problem(
+                rel,
+                f"skill name {name!r} must be ≤ 64 chars of a-z, 0-9 and single hyphens",
+                doc.line("name"),
+            )
         )
     elif name != folder:
         problems.append(Problem(rel, f"skill name {name!r} must equal its folder name {folder!r}", doc.line("name")))
@@ -279,8 +289,12 @@ def _load_hooks(doc: _Doc, rel: str, problems: list[Problem]) -> list[HookSpec]:
         config = item.get("config") or {}
         if not isinstance(config, dict) or not all(isinstance(k, str) for k in config):
             problems.append(
-                Problem(rel, f"hook {item['name']!r}: config must be a mapping with string keys "
-                        "(quote YAML words like on/off/yes/no used as keys)", doc.line("hooks", i))
+                Problem(
+                    rel,
+                    f"hook {item['name']!r}: config must be a mapping with string keys "
+                    "(quote YAML words like on/off/yes/no used as keys)",
+                    doc.line("hooks", i),
+                )
             )
             continue
         hooks.append(HookSpec(name=item["name"], config=config))
@@ -304,8 +318,11 @@ def _cross_check(harness: Harness, doc: _Doc, rel: str, root: Path, problems: li
     for i, block_id in enumerate(harness.pipeline):
         if block_id not in block_ids:
             problems.append(
-                Problem(rel, f"pipeline block {block_id!r} does not exist (no prompts/{block_id}.md)",
-                        doc.line("pipeline", i))
+                Problem(
+                    rel,
+                    f"pipeline block {block_id!r} does not exist (no prompts/{block_id}.md)",
+                    doc.line("pipeline", i),
+                )
             )
     seen: dict[str, int] = {}
     for tool in harness.tools:
@@ -318,8 +335,11 @@ def _cross_check(harness: Harness, doc: _Doc, rel: str, root: Path, problems: li
             problems.append(Problem("tools/", f"duplicate tool name {name!r} ({count} tool files declare it)"))
     if harness.output.skill_tool in seen:
         problems.append(
-            Problem(rel, f"tool name {harness.output.skill_tool!r} clashes with output.skill_tool",
-                    doc.line("output", "skill_tool"))
+            Problem(
+                rel,
+                f"tool name {harness.output.skill_tool!r} clashes with output.skill_tool",
+                doc.line("output", "skill_tool"),
+            )
         )
     for i, spec in enumerate(harness.hooks):
         error = check_hook_spec(spec, harness)
@@ -356,8 +376,9 @@ def _load_parts(root: Path, problems: list[Problem]) -> Harness | None:
         return None
     for key in doc.data:
         if key not in HARNESS_KEYS:
-            problems.append(Problem(rel, f"unknown key {key!r}; known: {', '.join(sorted(HARNESS_KEYS))}",
-                                    doc.line(key)))
+            problems.append(
+                Problem(rel, f"unknown key {key!r}; known: {', '.join(sorted(HARNESS_KEYS))}", doc.line(key))
+            )
     hooks_file = root / "hooks.py"
     harness = Harness(
         name=str(doc.data.get("name") or root.name),

@@ -169,10 +169,7 @@ def _leaves(exc: BaseException) -> list[BaseException]:
 
 
 def _is_connection_closed(exc: BaseException) -> bool:
-    return (
-        getattr(exc, "code", None) == _CONNECTION_CLOSED
-        and getattr(exc, "message", "") == "Connection closed"
-    )
+    return getattr(exc, "code", None) == _CONNECTION_CLOSED and getattr(exc, "message", "") == "Connection closed"
 
 
 def _reason(exc: BaseException) -> str:
@@ -187,11 +184,7 @@ def _reason(exc: BaseException) -> str:
 
 
 def _server_message(spec: MCPServerSpec, what: str, stderr_tail: str, advice: str) -> str:
-    tail = (
-        "\n  stderr (last lines):\n    " + "\n    ".join(stderr_tail.splitlines()[-15:])
-        if stderr_tail
-        else ""
-    )
+    tail = "\n  stderr (last lines):\n    " + "\n    ".join(stderr_tail.splitlines()[-15:]) if stderr_tail else ""
     return f"MCP server {spec.name!r} ({spec.command_line}) {what}.{tail}\n  {advice}"
 
 
@@ -199,9 +192,7 @@ _START_ADVICE = (
     "Check that the command runs on its own and speaks MCP over stdio, and its entry under "
     "mcp_servers in harness.yaml (command, args, env, cwd)."
 )
-_DIED_ADVICE = (
-    "The pool starts it again on the next call; its stderr (if shown) or its own logs say why it stopped."
-)
+_DIED_ADVICE = "The pool starts it again on the next call; its stderr (if shown) or its own logs say why it stopped."
 
 
 # --------------------------------------------------------------------------------------------
@@ -371,30 +362,22 @@ class _AsyncPool:
                 break
         return tools
 
-    async def call_tool(
-        self, server: str, tool: str, arguments: dict[str, Any], timeout_s: float
-    ) -> MCPResult:
+    async def call_tool(self, server: str, tool: str, arguments: dict[str, Any], timeout_s: float) -> MCPResult:
         from mcp.shared.exceptions import MCPError
 
         conn, client = await self._connection(server)
         try:
-            raw = await self._guarded(
-                conn, f"tools/call {tool}", timeout_s, client.call_tool(tool, arguments)
-            )
+            raw = await self._guarded(conn, f"tools/call {tool}", timeout_s, client.call_tool(tool, arguments))
         except MCPError as exc:  # a live server refused the request (unknown tool, bad params)
             return MCPResult(exc.message, True, f"MCP error {exc.code}: {exc.message}")
         return _to_result(raw)
 
-    async def _guarded(
-        self, conn: _Connection, what: str, timeout_s: float, coro: Coroutine[Any, Any, _T]
-    ) -> _T:
+    async def _guarded(self, conn: _Connection, what: str, timeout_s: float, coro: Coroutine[Any, Any, _T]) -> _T:
         """Run one request under its timeout; a dropped connection becomes ToolBindingError."""
         try:
             return await asyncio.wait_for(coro, timeout_s)
         except asyncio.TimeoutError:
-            raise TimeoutError(
-                f"MCP server {conn.spec.name!r}: {what} did not answer within {timeout_s:g}s"
-            ) from None
+            raise TimeoutError(f"MCP server {conn.spec.name!r}: {what} did not answer within {timeout_s:g}s") from None
         except Exception as exc:
             if _is_connection_closed(exc) or isinstance(exc, OSError):
                 raise await conn.died(what) from exc
@@ -407,9 +390,7 @@ class _AsyncPool:
             return
         _, pending = await asyncio.wait(set(self._tasks), timeout=timeout_s)
         for task in pending:
-            logger.warning(
-                "MCP server task %s did not stop within %gs; cancelling it", task.get_name(), timeout_s
-            )
+            logger.warning("MCP server task %s did not stop within %gs; cancelling it", task.get_name(), timeout_s)
             task.cancel()
 
 
@@ -492,9 +473,7 @@ class MCPServerPool:
     ) -> MCPResult:
         """Call ``tool`` on ``server``; ``TimeoutError`` after ``timeout_s``, see the module docstring."""
         core, thread = self._ready(server)
-        return thread.run(
-            core.call_tool(server, tool, dict(arguments or {}), timeout_s), self._bound(timeout_s)
-        )
+        return thread.run(core.call_tool(server, tool, dict(arguments or {}), timeout_s), self._bound(timeout_s))
 
     def close(self) -> None:
         """Stop every server and the loop thread; bounded by ``close_timeout_s`` (plus ~2 s)."""

@@ -43,8 +43,12 @@ class RenderedPrompt:
         return {b.id: b.hash[:16] for b in self.blocks}
 
 
-def template_context(harness: Harness, room: dict[str, Any] | None = None,
-                     product: dict[str, Any] | None = None, faq: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def template_context(
+    harness: Harness,
+    room: dict[str, Any] | None = None,
+    product: dict[str, Any] | None = None,
+    faq: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """The variables every block template can use (documented in the README)."""
     return {
         "harness": harness,

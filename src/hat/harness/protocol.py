@@ -73,9 +73,9 @@ def _parse_tool_call(raw: str) -> ToolCall | str:
     try:
         data = _loads(raw)
     except ValueError as exc:
-        return f"A <tool_call> is {exc}. Write it as <tool_call>{{\"name\": ..., \"arguments\": {{...}}}}</tool_call>."
+        return f'A <tool_call> is {exc}. Write it as <tool_call>{{"name": ..., "arguments": {{...}}}}</tool_call>.'
     if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not data["name"].strip():
-        return "A <tool_call> must be a JSON object with a string \"name\" and an object \"arguments\"."
+        return 'A <tool_call> must be a JSON object with a string "name" and an object "arguments".'
     args = data.get("arguments", data.get("parameters", {}))
     if isinstance(args, str):
         try:
@@ -85,7 +85,7 @@ def _parse_tool_call(raw: str) -> ToolCall | str:
     if args is None:
         args = {}
     if not isinstance(args, dict):
-        return f"The \"arguments\" of tool {data['name']!r} must be a JSON object."
+        return f'The "arguments" of tool {data["name"]!r} must be a JSON object.'
     return ToolCall(name=data["name"].strip(), arguments=args)
 
 
@@ -110,14 +110,18 @@ def parse_output(text: str, reply_field: str = "reply") -> ParsedOutput:
     text = _SPECIAL.sub("", text or "")
     reasoning = "\n".join(m.strip() for m in _THINK.findall(text)).strip()
     body = strip_reasoning(text)
-    calls, errors = [], []
+    calls: list[ToolCall] = []
+    errors: list[str] = []
     for raw in _TOOL.findall(body):
         parsed = _parse_tool_call(raw)
-        (calls if isinstance(parsed, ToolCall) else errors).append(parsed)
+        if isinstance(parsed, ToolCall):
+            calls.append(parsed)
+        else:
+            errors.append(parsed)
     if errors:
         return ParsedOutput("invalid", reasoning, error=" ".join(dict.fromkeys(str(e) for e in errors)))
     if calls:
-        return ParsedOutput("tool_calls", reasoning, tool_calls=tuple(c for c in calls if isinstance(c, ToolCall)))
+        return ParsedOutput("tool_calls", reasoning, tool_calls=tuple(calls))
     reply_match = _REPLY.search(body)
     if reply_match:
         reply = _parse_reply(reply_match.group(1), reply_field)
@@ -134,7 +138,11 @@ def parse_output(text: str, reply_field: str = "reply") -> ParsedOutput:
 
 
 def render_tool_call(call: ToolCall) -> str:
-    return "<tool_call>" + json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False) + "</tool_call>"
+    return (
+        "<tool_call>"
+        + json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
+        + "</tool_call>"
+    )
 
 
 def render_reply(payload: dict[str, Any]) -> str:

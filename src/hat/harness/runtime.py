@@ -30,7 +30,7 @@ from hat.harness.pipeline import RenderedPrompt, render_prompt, template_context
 from hat.harness.protocol import ParsedOutput, ToolCall, parse_output, strip_reasoning
 from hat.harness.sinks import Sink
 from hat.harness.state import Harness
-from hat.harness.tools import ToolContext, ToolRegistry
+from hat.harness.tools import ToolContext, ToolRegistry, ToolResult
 from hat.harness.trace import HookEvent, Round, ToolCallRecord, Trace, round_observations
 from hat.models.base import GenerationConfig, Model
 
@@ -208,8 +208,14 @@ class Agent:
             model_ms = (time.perf_counter() - t_model) * 1000
         except HatError as exc:
             run.status, run.status_reason = "error", f"model failed: {exc}"
-            return Round(index, "", "error", feedback="", hook_events=tuple(events),
-                         total_ms=(time.perf_counter() - t0) * 1000)
+            return Round(
+                index,
+                "",
+                "error",
+                feedback="",
+                hook_events=tuple(events),
+                total_ms=(time.perf_counter() - t0) * 1000,
+            )
         text = gen.text
         verdict = self._consult(run, "after_model", lambda h: h.after_model(run.hook_ctx, text), events)
         if verdict.action == "rewrite":
@@ -261,19 +267,7 @@ class Agent:
         while True:
             result = self.tools.call(name, args, run.tool_ctx)
             total_ms += result.latency_ms
-            observation = result.observation()
-            if result.status in ("timeout", "error"):
-                verdict = self._consult(
-                    run, "tool_error",
-                    lambda h: h.on_tool_error(run.hook_ctx, name, args, result.status, result.error, attempt),
-                    events,
-                )
-            else:
-                verdict = self._consult(
-                    run, "after_tool", lambda h: h.after_tool(run.hook_ctx, name, args, observation), events
-                )
-                if verdict.action == "rewrite":
-                    observation = verdict.value
+            verdict, observation = self._tool_verdict(run, name, args, result, attempt, events)
             if verdict.action == "retry" and attempt <= 5:
                 attempt += 1
                 continue
@@ -281,13 +275,28 @@ class Agent:
                 run.hook_ctx.grounding.append(json.dumps(observation, ensure_ascii=False, default=str))
             return ToolCallRecord(name, args, observation, result.status, result.error, total_ms, attempt)
 
+    def _tool_verdict(
+        self, run: _Run, name: str, args: dict[str, Any], result: ToolResult, attempt: int, events: list[HookEvent]
+    ) -> tuple[Verdict, Any]:
+        """``tool_error`` hooks for failures (may ask for a retry), ``after_tool`` hooks otherwise
+        (may rewrite the observation or ask for a retry)."""
+        observation = result.observation()
+        ctx = run.hook_ctx
+        if result.status in ("timeout", "error"):
+            call = lambda h: h.on_tool_error(ctx, name, args, result.status, result.error, attempt)  # noqa: E731
+            return self._consult(run, "tool_error", call, events), observation
+        verdict = self._consult(run, "after_tool", lambda h: h.after_tool(ctx, name, args, observation), events)
+        return verdict, (verdict.value if verdict.action == "rewrite" else observation)
+
     def _load_skill(self, run: _Run, call: ToolCall) -> ToolCallRecord:
         name = str(call.arguments.get("name", call.arguments.get("skill", "")))
         skill = self.harness.skill(name)
         if skill is None:
             known = ", ".join(s.name for s in self.harness.skills)
             error = f"there is no skill named {name!r}; available skills: {known}"
-            return ToolCallRecord(call.name, dict(call.arguments), {"error": error}, "unknown_skill", error, kind="skill")
+            return ToolCallRecord(
+                call.name, dict(call.arguments), {"error": error}, "unknown_skill", error, kind="skill"
+            )
         if name not in run.skills_loaded:
             run.skills_loaded.append(name)
         return ToolCallRecord(call.name, dict(call.arguments), skill.body, "ok", kind="skill")
@@ -310,7 +319,9 @@ class Agent:
     def strip_and_dispatch(self, run: _Run) -> Response:
         field_ = self.harness.output.reply_field
         if run.payload is not None:
-            payload = {k: v for k, v in run.payload.items() if not str(k).startswith("_") and k not in ("think", "reasoning")}
+            payload = {
+                k: v for k, v in run.payload.items() if not str(k).startswith("_") and k not in ("think", "reasoning")
+            }
             payload[field_] = strip_reasoning(str(payload.get(field_, "")))
         elif run.status == "refused":
             payload = {field_: str(self.harness.settings.get("refusal_reply", self.harness.output.fallback_reply))}
@@ -322,7 +333,13 @@ class Agent:
                 sink.emit(trace)
             except Exception as exc:  # a broken sink must not lose the reply
                 sink_error = f"{type(sink).__name__}: {exc}"
-                trace = replace(trace, context={**trace.context, "sink_errors": [*trace.context.get("sink_errors", []), sink_error]})
+                trace = replace(
+                    trace,
+                    context={
+                        **trace.context,
+                        "sink_errors": [*trace.context.get("sink_errors", []), sink_error],
+                    },
+                )
         return Response(str(payload[field_]), payload, trace)
 
     def _trace(self, run: _Run, payload: dict[str, Any]) -> Trace:

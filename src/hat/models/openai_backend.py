@@ -173,9 +173,7 @@ def _parse_completion(body: dict, config: GenerationConfig, latency_s: float) ->
         choice = body["choices"][0]
         raw = choice["message"].get("content") or ""
     except (KeyError, IndexError, TypeError, AttributeError) as exc:
-        raise ModelError(
-            f"unexpected chat-completions response (no choices[0].message): {body!r:.300}"
-        ) from exc
+        raise ModelError(f"unexpected chat-completions response (no choices[0].message): {body!r:.300}") from exc
     text, hit = truncate_at_stop(raw, config.stop)
     usage = body.get("usage") or {}
     details = usage.get("prompt_tokens_details") or {}

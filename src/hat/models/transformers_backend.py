@@ -226,9 +226,7 @@ def _cancel_criteria(event: threading.Event) -> Any:
 
     class _Cancel(transformers.StoppingCriteria):  # type: ignore[name-defined,misc]
         def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-            return torch.full(
-                (input_ids.shape[0],), event.is_set(), dtype=torch.bool, device=input_ids.device
-            )
+            return torch.full((input_ids.shape[0],), event.is_set(), dtype=torch.bool, device=input_ids.device)
 
     return transformers.StoppingCriteriaList([_Cancel()])
 
@@ -236,9 +234,7 @@ def _cancel_criteria(event: threading.Event) -> Any:
 class TransformersModel:
     """A causal LM + tokenizer in this process. Build with :meth:`from_pretrained` or :meth:`smollm2`."""
 
-    def __init__(
-        self, model: Any, tokenizer: Any, *, name: str = "transformers", max_sessions: int = 8
-    ) -> None:
+    def __init__(self, model: Any, tokenizer: Any, *, name: str = "transformers", max_sessions: int = 8) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.name = name
@@ -329,13 +325,9 @@ class TransformersModel:
         config = config or GenerationConfig()
         return cut_stream_at_stop(self._stream_pieces(messages, config, cache_key), config.stop)
 
-    def _stream_pieces(
-        self, messages: Sequence[Message], config: GenerationConfig, key: str | None
-    ) -> Iterator[str]:
+    def _stream_pieces(self, messages: Sequence[Message], config: GenerationConfig, key: str | None) -> Iterator[str]:
         transformers = _require("transformers")
-        streamer = transformers.TextIteratorStreamer(
-            self.tokenizer, skip_prompt=True, skip_special_tokens=True
-        )
+        streamer = transformers.TextIteratorStreamer(self.tokenizer, skip_prompt=True, skip_special_tokens=True)
         cancel = threading.Event()
         errors: list[BaseException] = []
 
@@ -354,11 +346,7 @@ class TransformersModel:
             cancel.set()
             worker.join()
         if errors:
-            raise (
-                errors[0]
-                if isinstance(errors[0], ModelError)
-                else ModelError(f"generation failed: {errors[0]}")
-            )
+            raise (errors[0] if isinstance(errors[0], ModelError) else ModelError(f"generation failed: {errors[0]}"))
 
     def _run(
         self,
@@ -406,9 +394,7 @@ class TransformersModel:
         )
 
     def _encode(self, messages: Sequence[Message]) -> list[int]:
-        text = self._render(
-            [{"role": m.get("role", "user"), "content": m.get("content", "")} for m in messages]
-        )
+        text = self._render([{"role": m.get("role", "user"), "content": m.get("content", "")} for m in messages])
         ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
         if not ids:
             raise ModelError(f"{self.name}: the rendered prompt is empty; pass at least one message")
@@ -417,15 +403,11 @@ class TransformersModel:
     def _render(self, messages: list[dict[str, str]]) -> str:
         """Apply the chat template; a template that rejects ``tool`` gets those turns as ``user``."""
         if not getattr(self.tokenizer, "chat_template", None):
-            raise ModelError(
-                f"{self.name}: the tokenizer has no chat template; use an instruct/chat checkpoint"
-            )
+            raise ModelError(f"{self.name}: the tokenizer has no chat template; use an instruct/chat checkpoint")
         if self._tool_as_user:
             messages = [{**m, "role": "user"} if m["role"] == "tool" else m for m in messages]
         try:
-            return str(
-                self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-            )
+            return str(self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
         except Exception as exc:
             if self._tool_as_user or not any(m["role"] == "tool" for m in messages):
                 raise ModelError(f"{self.name}: the chat template failed: {exc}") from exc
