@@ -50,6 +50,7 @@ class Request:
     history: tuple[dict[str, str], ...] = ()
     request_id: str = ""
     mode: str = "single"
+    resources: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @classmethod
     def of(cls, comment: str | Sequence[str], **kw: Any) -> Request:
@@ -141,7 +142,7 @@ class Agent:
         return _Run(
             request=request,
             hook_ctx=HookContext(self.harness, rid, room=room),
-            tool_ctx=ToolContext(request_id=rid, room=room, state={}),
+            tool_ctx=ToolContext(request_id=rid, room=room, state={}, resources=dict(request.resources)),
             started=time.perf_counter(),
         )
 

@@ -32,11 +32,22 @@ __all__ = ["ToolContext", "ToolRegistry", "ToolResult", "check_binding"]
 
 @dataclass
 class ToolContext:
-    """Passed to Python tools that accept ``context``: the room state and per-request scratch."""
+    """Passed to Python tools that accept ``context``: the room state, per-request scratch, and
+    ``resources`` the caller supplies per request (the simulator puts its world's ``catalog`` and
+    a ``faults`` injector there; production code may put a DB client)."""
 
     request_id: str = ""
     room: dict[str, Any] = field(default_factory=dict)
     state: dict[str, Any] = field(default_factory=dict)
+    resources: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def catalog(self) -> Any:
+        return self.resources.get("catalog")
+
+    @property
+    def faults(self) -> Any:
+        return self.resources.get("faults")
 
 
 @dataclass(frozen=True)
