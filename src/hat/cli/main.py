@@ -17,6 +17,7 @@ from rich.progress import (
 )
 
 from hat.cli.common import DEFAULT_HARNESS, DEFAULT_MODEL, build_agent
+from hat.cli.eval_cmd import eval_command, sim_app
 from hat.cli.harness_cmd import app as harness_app
 from hat.demo import demo_records, reply_record
 from hat.harness.runtime import Request
@@ -28,6 +29,8 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(harness_app, name="harness")
+app.add_typer(sim_app, name="sim")
+app.command("eval")(eval_command)
 err = Console(stderr=True)
 out = Console()
 

@@ -1,0 +1,103 @@
+"""``hat eval`` and ``hat sim …``: simulated episodes and the evaluation suites."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from hat.errors import HatError
+
+sim_app = typer.Typer(help="The simulated live room.", no_args_is_help=True)
+err = Console(stderr=True)
+out = Console()
+
+
+@sim_app.command("episodes")
+def episodes(
+    n: int = typer.Option(100, "--n", min=1, help="How many episodes."),
+    seed: int = typer.Option(0, help="Seed (same seed → byte-identical episodes)."),
+    out_file: Path = typer.Option(..., "--out", help="JSONL file to write."),
+    mode: str = typer.Option("single", help="single | multi (several comments per request)."),
+    fault_rate: float = typer.Option(0.0, min=0.0, max=1.0, help="Per-call tool fault probability."),
+) -> None:
+    """Generate simulated viewer episodes with gold labels."""
+    from hat.env.episode import INTENT_MIX, episodes_hash, write_episodes
+    from hat.env.viewers import generate_episodes
+
+    if mode not in ("single", "multi"):
+        err.print("error: --mode must be single or multi")
+        raise typer.Exit(2)
+    eps = generate_episodes(n, seed, mode=mode, fault_rate=fault_rate)
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    write_episodes(out_file, eps)
+    counts = {k: 0 for k in INTENT_MIX}
+    for ep in eps:
+        counts[ep.gold.intent] = counts.get(ep.gold.intent, 0) + 1
+    mix = ", ".join(f"{k} {100 * v / n:.1f}%" for k, v in counts.items())
+    err.print(f"wrote {n} episodes to {out_file} (sha256 {episodes_hash(eps)[:16]}); intent mix: {mix}")
+
+
+SUITE_HELP = "Suite: t1 (more suites register as they land; an unknown name lists them)."
+
+
+def eval_command(
+    suite: str = typer.Option("t1", help=SUITE_HELP),
+    model: str = typer.Option(..., help="Model spec (smollm2, hf:…, openai:…, scripted:…) or policy (oracle, …)."),
+    n: int = typer.Option(100, "--n", min=1, help="Episodes (or prompts) to evaluate."),
+    seed: int = typer.Option(0, help="Seed of the episodes and policies."),
+    harness: str = typer.Option("livestream", help="Production harness (folder or built-in name)."),
+    fault_rate: float = typer.Option(0.0, min=0.0, max=1.0, help="Tool fault probability per call."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON summary object on stdout."),
+    out_dir: Path | None = typer.Option(None, "--out", help="Write <suite>_<model>.md/.json/_cases.jsonl here."),
+) -> None:
+    """Evaluate a model on a suite: per-dimension scores, overall score, per-intent breakdown, worst failures."""
+    from hat.eval.report import write_report
+    from hat.eval.runner import run_cases
+    from hat.eval.suites import build_cases
+
+    try:
+        cases = build_cases(suite, n=n, seed=seed, harness=harness, fault_rate=fault_rate)
+    except (KeyError, HatError) as exc:
+        err.print(f"error: {exc.args[0] if isinstance(exc, KeyError) else exc}", markup=False)
+        raise typer.Exit(2) from exc
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    command = "hat " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    try:
+        with Progress(*columns, console=err, transient=True) as progress:
+            task = progress.add_task(f"{suite} · {model}", total=len(cases))
+            result = run_cases(suite, cases, model, seed=seed, on_case=lambda _: progress.advance(task),
+                               options={"fault_rate": fault_rate, "harness": harness})
+    except HatError as exc:
+        err.print(f"error: {exc}", markup=False)
+        raise typer.Exit(2) from exc
+    summary = result.summary()
+    if out_dir is not None:
+        paths = write_report(result, out_dir, command)
+        err.print(f"report: {paths['markdown']} · {paths['json']}")
+    if as_json:
+        print(json.dumps({k: summary[k] for k in ("suite", "model", "n", "seed", "score", "dims", "by_intent",
+                                                   "statuses", "wall_s")}))
+    else:
+        _print_summary(summary)
+
+
+def _print_summary(summary: dict) -> None:
+    table = Table(title=f"{summary['suite']} · {summary['model']} · n={summary['n']} · score {summary['score']:.1f}")
+    table.add_column("dimension")
+    table.add_column("score", justify="right")
+    for dim, value in summary["dims"].items():
+        table.add_row(dim, f"{value:.1f}")
+    out.print(table)
+    intents = Table(title="per intent")
+    for col in ("intent", "n", "score"):
+        intents.add_column(col)
+    for intent, row in summary["by_intent"].items():
+        intents.add_row(intent, str(row["n"]), f"{row['score']:.1f}")
+    out.print(intents)

@@ -1,0 +1,60 @@
+"""Evaluation suites over the simulated live room: which episodes, under which harness states.
+
+A suite yields :class:`Case` s — an episode plus the harness state it is run under. ``t1`` is
+Live-Stream QA on the production harness. Later suites (harness variants, tool/prompt
+robustness) register here with :func:`register_suite` and reuse the same runner, judges and
+report, so every suite's numbers mean the same thing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from hat.env.episode import Episode
+from hat.harness.loader import load_harness
+from hat.harness.state import Harness
+
+__all__ = ["SUITES", "Case", "SuiteSpec", "build_cases", "register_suite"]
+
+
+@dataclass(frozen=True)
+class Case:
+    episode: Episode
+    harness: Harness
+    variant: str = "production"
+
+
+@dataclass(frozen=True)
+class SuiteSpec:
+    name: str
+    description: str
+    build: Callable[..., Iterator[Case]]
+
+
+SUITES: dict[str, SuiteSpec] = {}
+
+
+def register_suite(name: str, description: str) -> Callable[[Callable[..., Iterator[Case]]], Callable[..., Iterator[Case]]]:
+    def deco(fn: Callable[..., Iterator[Case]]) -> Callable[..., Iterator[Case]]:
+        SUITES[name] = SuiteSpec(name, description, fn)
+        return fn
+
+    return deco
+
+
+def build_cases(suite: str, **options: Any) -> list[Case]:
+    """The cases of ``suite``. Unknown names raise a KeyError listing the known suites."""
+    if suite not in SUITES:
+        raise KeyError(f"unknown suite {suite!r}; known suites: {', '.join(sorted(SUITES))}")
+    return list(SUITES[suite].build(**options))
+
+
+@register_suite("t1", "Live-Stream QA: simulated viewer requests with the report's intent mix, production harness")
+def _t1(n: int, seed: int, harness: str = "livestream", mode: str = "single", fault_rate: float = 0.0) -> Iterator[Case]:
+    from hat.env.viewers import generate_episodes
+
+    production = load_harness(harness)
+    for episode in generate_episodes(n, seed, mode=mode, fault_rate=fault_rate):
+        yield Case(episode, production)
