@@ -13,6 +13,15 @@ product on display; ``switch_product_link`` records the new on-display product i
 carry ``catalog`` (a :class:`~hat.env.catalog.Catalog`): that is how the simulator points these
 tools at its generated world instead of the bundled catalog.
 
+Simulated backends: every tool is wrapped by :func:`backend` (``functools.wraps``, so
+``inspect.signature`` and ``__name__`` - the function id - are the plain function's). When the
+context carries a ``faults`` injector (:class:`~hat.env.faults.FaultInjector`, put there by the
+simulator through request resources) the wrapper consults it before the real function: it may
+raise a timeout or a backend error, answer emptily, or answer late. Without one the wrapper only
+forwards. It also accepts parameter names a harness renamed (``metadata.param_map``) when the
+context's ``resources["param_maps"]`` maps them back (:func:`hat.env.sim.param_maps`), because
+the tool registry passes the model's arguments through unchanged.
+
 Results quote world data verbatim (ids, prices, dates) because hooks and judges check the reply's
 numbers against tool results; a tool that rounded or paraphrased would make grounded replies look
 invented.
@@ -21,16 +30,19 @@ invented.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import re
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, cast
 
 from hat.env.catalog import Catalog, catalog_for, tokens
+from hat.env.faults import empty_result
 
 __all__ = [
     "TOOL_FUNCTIONS",
     "ToolContext",
+    "backend",
     "get_discount_rules",
     "get_price",
     "get_shipping",
@@ -63,6 +75,37 @@ _FAQ_STOPWORDS = frozenset(
     "a an and are be can do does for from get have how i if in is it me my not of on or the there this "  # noqa: SIM905
     "to what when where will with you your".split()
 )
+
+
+_Tool = TypeVar("_Tool", bound=Callable[..., dict[str, Any]])
+
+
+# -- simulated backend ------------------------------------------------------------------------------
+def _canonical_kwargs(function_id: str, kwargs: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Rename arguments a harness renamed back to the function's own names (see module docstring)."""
+    resources = getattr(context, "resources", None) or {}
+    mapping = (resources.get("param_maps") or {}).get(function_id)
+    if not mapping:
+        return kwargs
+    back = {current: canonical for canonical, current in mapping.items() if current != canonical}
+    return {back.get(key, key): value for key, value in kwargs.items()}
+
+
+def backend(fn: _Tool) -> _Tool:
+    """Wrap a tool function so that a context's fault injector runs before it (module docstring)."""
+    function_id = fn.__name__
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        context = kwargs.get("context")
+        kwargs = _canonical_kwargs(function_id, kwargs, context)
+        faults = getattr(context, "faults", None)
+        if faults is not None and faults.before_call(function_id) == "empty":
+            named = dict(zip(("query",), args, strict=False)) if function_id == "search_faq" else {}
+            return empty_result(function_id, {**named, **kwargs})
+        return fn(*args, **kwargs)
+
+    return cast(_Tool, wrapper)
 
 
 # -- shared helpers ---------------------------------------------------------------------------------
@@ -112,6 +155,7 @@ def _options(product: dict[str, Any], field: str) -> list[str]:
 
 
 # -- product facts ----------------------------------------------------------------------------------
+@backend
 def get_price(product: str | None = None, *, context: ToolContext | None = None) -> dict[str, Any]:
     """List price and, when a live promotion runs, the promo price."""
     item = _resolve(product, context)
@@ -124,6 +168,7 @@ def get_price(product: str | None = None, *, context: ToolContext | None = None)
     }
 
 
+@backend
 def get_stock(
     product: str | None = None,
     color: str | None = None,
@@ -149,6 +194,7 @@ def get_stock(
     }
 
 
+@backend
 def get_specs(product: str | None = None, *, context: ToolContext | None = None) -> dict[str, Any]:
     """Brand, category and the specification sheet (colors, sizes, material, ...)."""
     item = _resolve(product, context)
@@ -156,6 +202,7 @@ def get_specs(product: str | None = None, *, context: ToolContext | None = None)
     return {**_head(item), "brand": item["brand"], "category": item["category"], "specs": specs}
 
 
+@backend
 def get_discount_rules(product: str | None = None, *, context: ToolContext | None = None) -> dict[str, Any]:
     """Coupons and promotion rules. For a product (or the one on display): its promo price and the
     coupons that apply to its category. With neither: every coupon in the room."""
@@ -179,6 +226,7 @@ def get_discount_rules(product: str | None = None, *, context: ToolContext | Non
     }
 
 
+@backend
 def get_shipping(
     product: str | None = None, region: str | None = None, *, context: ToolContext | None = None
 ) -> dict[str, Any]:
@@ -195,6 +243,7 @@ def get_shipping(
 
 
 # -- room actions -----------------------------------------------------------------------------------
+@backend
 def search_faq(query: str, *, context: ToolContext | None = None) -> dict[str, Any]:
     """The (up to) three FAQ entries sharing the most words with ``query``; tags count double."""
     query_tokens = set(tokens(query)) - _FAQ_STOPWORDS
@@ -235,6 +284,7 @@ def _step_in_order(product: str, catalog: Catalog, context: ToolContext | None) 
     return order[index]
 
 
+@backend
 def switch_product_link(product: str, *, context: ToolContext | None = None) -> dict[str, Any]:
     """Put ``product`` (an id, a name, or "next"/"previous"/"first"/"last") on screen."""
     catalog = catalog_for(context)
@@ -256,6 +306,7 @@ def switch_product_link(product: str, *, context: ToolContext | None = None) -> 
     }
 
 
+@backend
 def handoff_to_service(
     reason: str, order_id: str | None = None, *, context: ToolContext | None = None
 ) -> dict[str, Any]:
