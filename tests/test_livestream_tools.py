@@ -264,38 +264,14 @@ def test_harness_yaml_shape() -> None:
 
 
 # -- prompt blocks ----------------------------------------------------------------------------------
-class _Tool:
-    def __init__(self, spec: dict[str, Any]) -> None:
-        self.name = spec["name"]
-        self._spec = spec
-
-    def signature(self) -> dict[str, Any]:
-        return {key: self._spec[key] for key in ("name", "description", "parameters")}
-
-
 def render_system_prompt(room: dict[str, Any], faq: list[dict[str, str]]) -> str:
     """Render every block with only the documented variables (StrictUndefined catches any other)."""
-    config = yaml.safe_load((HARNESS / "harness.yaml").read_text(encoding="utf-8"))
-    skills = [SimpleNamespace(**front_matter(p)[0]) for p in SKILL_FILES]
-    tool_objects = [_Tool(yaml.safe_load(p.read_text(encoding="utf-8"))) for p in TOOL_FILES]
-    variables = {
-        "harness": SimpleNamespace(name=config["name"], version=config["version"], description=config["description"]),
-        "limits": SimpleNamespace(**config["limits"]),
-        "settings": config["settings"],
-        "skills": skills,
-        "tools": tool_objects,
-        "tool_signatures_json": [str(t.signature()) for t in tool_objects],
-        "skill_tool": config["output"]["skill_tool"],
-        "reply_field": config["output"]["reply_field"],
-        "room": room,
-        "product": load_catalog().product(room.get("on_display") or ""),
-        "faq": faq,
-    }
+    from hat.harness import load_harness, template_context
+
+    harness = load_harness(HARNESS)
+    variables = template_context(harness, room, load_catalog().product(room.get("on_display") or ""), faq)
     env = SandboxedEnvironment(undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    texts = [
-        env.from_string((HARNESS / "prompts" / f"{block}.md").read_text(encoding="utf-8")).render(**variables)
-        for block in config["pipeline"]
-    ]
+    texts = [env.from_string(harness.block(block).template).render(**variables) for block in harness.pipeline]
     return "\n\n".join(t.strip() for t in texts if t.strip())
 
 

@@ -75,14 +75,14 @@ def test_registered_spec_is_loaded_and_listed(monkeypatch: pytest.MonkeyPatch) -
         seen.update(argument=argument, name=name, **kw)
         return ScriptedModel(["ok"], name=name)
 
-    register_model_spec("oracle", factory, takes_argument=False)
-    model = load_model("oracle", seed=3)
-    assert model.name == "oracle" and seen == {"argument": "", "name": "oracle", "seed": 3}
-    assert "oracle" in models.model_specs()
+    register_model_spec("mybackend", factory, takes_argument=False)
+    model = load_model("mybackend", seed=3)
+    assert model.name == "mybackend" and seen == {"argument": "", "name": "mybackend", "seed": 3}
+    assert "mybackend" in models.model_specs()
     with pytest.raises(ValueError, match="already registered"):
-        register_model_spec("oracle", factory)
+        register_model_spec("mybackend", factory)
     with pytest.raises(ModelSpecError, match="takes no argument"):
-        load_model("oracle:x")
+        load_model("mybackend:x")
 
 
 def test_openai_spec_splits_url_and_model() -> None:

@@ -67,13 +67,25 @@ def eval_command(
     except (KeyError, HatError) as exc:
         err.print(f"error: {exc.args[0] if isinstance(exc, KeyError) else exc}", markup=False)
         raise typer.Exit(2) from exc
-    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
     command = "hat " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     try:
         with Progress(*columns, console=err, transient=True) as progress:
             task = progress.add_task(f"{suite} · {model}", total=len(cases))
-            result = run_cases(suite, cases, model, seed=seed, on_case=lambda _: progress.advance(task),
-                               options={"fault_rate": fault_rate, "harness": harness})
+            result = run_cases(
+                suite,
+                cases,
+                model,
+                seed=seed,
+                on_case=lambda _: progress.advance(task),
+                options={"fault_rate": fault_rate, "harness": harness},
+            )
     except HatError as exc:
         err.print(f"error: {exc}", markup=False)
         raise typer.Exit(2) from exc
@@ -82,8 +94,14 @@ def eval_command(
         paths = write_report(result, out_dir, command)
         err.print(f"report: {paths['markdown']} · {paths['json']}")
     if as_json:
-        print(json.dumps({k: summary[k] for k in ("suite", "model", "n", "seed", "score", "dims", "by_intent",
-                                                   "statuses", "wall_s")}))
+        print(
+            json.dumps(
+                {
+                    k: summary[k]
+                    for k in ("suite", "model", "n", "seed", "score", "dims", "by_intent", "statuses", "wall_s")
+                }
+            )
+        )
     else:
         _print_summary(summary)
 

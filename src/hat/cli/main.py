@@ -16,6 +16,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from hat.cli.augment_cmd import augment_command
 from hat.cli.common import DEFAULT_HARNESS, DEFAULT_MODEL, build_agent
 from hat.cli.eval_cmd import eval_command, sim_app
 from hat.cli.harness_cmd import app as harness_app
@@ -31,6 +32,7 @@ app = typer.Typer(
 app.add_typer(harness_app, name="harness")
 app.add_typer(sim_app, name="sim")
 app.command("eval")(eval_command)
+app.command("augment")(augment_command)
 err = Console(stderr=True)
 out = Console()
 

@@ -38,6 +38,7 @@ from hat.harness.state import Harness, HookSpec
 
 __all__ = [
     "BUILTIN_HOOKS",
+    "ContextNoteHook",
     "GroundedClaimsHook",
     "Hook",
     "HookContext",
@@ -247,8 +248,24 @@ class ToolRetryHook(Hook):
         return Verdict.retry(f"{name} {status}; retry {attempt}")
 
 
+class ContextNoteHook(Hook):
+    """A hook-triggered edit of the context: before each model call, add ``text`` (``{limit}`` is
+    the current reply limit) as a system note after the system prompt."""
+
+    name = "context_note"
+
+    def before_model(self, ctx: HookContext, messages: list[dict[str, str]]) -> Verdict | None:
+        text = str(self.config.get("text", "")).format(limit=ctx.harness.limits.reply_max_chars)
+        if not text or not messages:
+            return None
+        return Verdict.rewrite(
+            [messages[0], {"role": "system", "content": text}, *messages[1:]], "added a context note"
+        )
+
+
 BUILTIN_HOOKS: dict[str, type[Hook]] = {
-    cls.name: cls for cls in (InputGuardHook, ReplySchemaHook, ReplyLengthHook, GroundedClaimsHook, ToolRetryHook)
+    cls.name: cls
+    for cls in (InputGuardHook, ReplySchemaHook, ReplyLengthHook, GroundedClaimsHook, ToolRetryHook, ContextNoteHook)
 }
 
 

@@ -43,6 +43,7 @@ HARNESS_KEYS = {
     "hooks",
     "mcp_servers",
     "settings",
+    "order",
 }
 BUILTIN_HARNESSES = ("livestream",)
 
@@ -357,6 +358,21 @@ def _tool_file(root: Path, name: str) -> str:
     return f"{name}.yaml"
 
 
+def _apply_order(items: list[Any], key: str, doc: _Doc, rel: str, problems: list[Problem]) -> list[Any]:
+    """Order skills/tools as ``order.<key>`` in harness.yaml lists them (the catalog and tool
+    blocks render in this order); unlisted items follow in file-name order."""
+    order = (doc.data.get("order") or {}).get(key) if isinstance(doc.data.get("order"), dict) else None
+    if order is None:
+        return items
+    names = [i.name for i in items]
+    unknown = [n for n in order if n not in names]
+    if unknown or not isinstance(order, list):
+        problems.append(Problem(rel, f"order.{key} names unknown {key}: {unknown}", doc.line("order", key)))
+        return items
+    rank = {name: i for i, name in enumerate(order)}
+    return sorted(items, key=lambda i: (rank.get(i.name, len(rank)), names.index(i.name)))
+
+
 def _load_parts(root: Path, problems: list[Problem]) -> Harness | None:
     rel = "harness.yaml"
     text = _read(root / rel, root, problems) if (root / rel).is_file() else None
@@ -379,6 +395,8 @@ def _load_parts(root: Path, problems: list[Problem]) -> Harness | None:
             problems.append(
                 Problem(rel, f"unknown key {key!r}; known: {', '.join(sorted(HARNESS_KEYS))}", doc.line(key))
             )
+    skills = _apply_order(skills, "skills", doc, rel, problems)
+    tools = _apply_order(tools, "tools", doc, rel, problems)
     hooks_file = root / "hooks.py"
     harness = Harness(
         name=str(doc.data.get("name") or root.name),
@@ -441,6 +459,13 @@ def save_harness(harness: Harness, folder: str | Path, overwrite: bool = False) 
     d = harness.to_dict()
     head = {k: d[k] for k in ("name", "version", "description", "pipeline", "limits", "output", "hooks")}
     head["mcp_servers"], head["settings"] = d["mcp_servers"], d["settings"]
+    order = {}
+    for key, items in (("skills", harness.skills), ("tools", harness.tools)):
+        names = [i.name for i in items]
+        if names != sorted(names, key=_safe_filename):
+            order[key] = names
+    if order:
+        head["order"] = order
     (root / "harness.yaml").write_text(_dump(head), encoding="utf-8")
     for skill in harness.skills:
         front = {"name": skill.name, "description": skill.description, "metadata": dict(skill.metadata)}

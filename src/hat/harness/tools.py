@@ -27,7 +27,7 @@ from jsonschema import Draft202012Validator
 from hat.errors import ToolBindingError
 from hat.harness.state import Harness, ToolSpec
 
-__all__ = ["ToolContext", "ToolRegistry", "ToolResult", "check_binding"]
+__all__ = ["ToolContext", "ToolRegistry", "ToolResult", "canonical_arguments", "check_binding"]
 
 
 @dataclass
@@ -100,6 +100,16 @@ def check_binding(binding: str, mcp_servers: Mapping[str, Any]) -> str | None:
     return f"binding {binding!r} has an unknown kind; use python:module:function or mcp:server/tool"
 
 
+def canonical_arguments(spec: ToolSpec, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """Map the harness's (possibly renamed) parameter names back to the binding's own names.
+
+    HSA renames parameters in the model-visible schema and records ``metadata.param_map``
+    (canonical → current); the implementation keeps its canonical keyword names."""
+    param_map = spec.metadata.get("param_map") or {}
+    inverse = {current: canonical for canonical, current in param_map.items()}
+    return {inverse.get(k, k): v for k, v in arguments.items()}
+
+
 def _accepts_context(fn: Callable[..., Any]) -> bool:
     try:
         params = inspect.signature(fn).parameters
@@ -143,6 +153,7 @@ class ToolRegistry:
         return f"invalid arguments for {name}{' at ' + where if where else ''}: {errors[0].message}"
 
     def _invoke(self, spec: ToolSpec, arguments: dict[str, Any], context: ToolContext, timeout: float) -> Any:
+        arguments = canonical_arguments(spec, arguments)
         if spec.binding.startswith("mcp:"):
             server, _, tool = spec.binding[len("mcp:") :].partition("/")
             res = self._pool().call_tool(server, tool, arguments, timeout_s=timeout)

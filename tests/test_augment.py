@@ -1,0 +1,124 @@
+"""Harness-State Augmentation: valid, distinct, deterministic, labels follow, pools split."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+from typer.testing import CliRunner
+
+from hat.augment import AUGMENTERS, FAMILIES, augment, generate_variants, load_envelope, pools, write_variant
+from hat.cli.main import app
+from hat.harness import Agent, load_harness, validate_harness
+from hat.models.scripted import ScriptedModel
+
+
+@pytest.fixture(scope="module")
+def base():
+    return load_harness("livestream")
+
+
+def test_variants_distinct_cover_families_and_deterministic(base):
+    a = generate_variants(base, 200, seed=7, split="heldout")
+    b = generate_variants(base, 200, seed=7, split="heldout")
+    assert [v.harness.content_hash() for v in a] == [v.harness.content_hash() for v in b]
+    assert [json.dumps(v.record, sort_keys=True) for v in a] == [json.dumps(v.record, sort_keys=True) for v in b]
+    assert len({v.harness.content_hash() for v in a}) == 200
+    families = Counter(f for v in a for f in v.families)
+    assert set(families) == set(FAMILIES) == {"skills", "tools", "prompt", "hooks"}
+    applied = Counter(t for v in a for t in v.applied)
+    assert set(applied) == set(AUGMENTERS)  # every transform of the envelope was exercised
+
+
+def test_saved_variants_validate_and_reload_identically(base, tmp_path):
+    for i, variant in enumerate(generate_variants(base, 40, seed=3, split="train")):
+        folder = write_variant(variant, tmp_path / f"v{i}")
+        assert validate_harness(folder) == [], variant.applied
+        assert load_harness(folder).content_hash() == variant.harness.content_hash()
+
+
+def test_byte_identical_on_disk(base, tmp_path):
+    for run in ("a", "b"):
+        write_variant(augment(base, 11, split="heldout"), tmp_path / run)
+    files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*") if p.is_file())
+    assert files and all((tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes() for f in files)
+
+
+def test_labels_follow_renames(base):
+    env = load_envelope("tools")
+    v = next(
+        v for v in generate_variants(base, 40, 1, env) if "tool_rename" in v.applied and "param_rename" in v.applied
+    )
+    for fid, new in v.record["tools"].items():
+        tool = v.harness.tool(new)
+        assert tool is not None and tool.function_id == fid and base.tool(fid) is not None
+    for fid, pmap in v.record["params"].items():
+        props = v.harness.tool_by_function(fid).parameters["properties"]
+        assert all(cur in props for cur in pmap.values())
+    renamed = v.record["tools"]
+    if "get_stock" in renamed:  # skill bodies name tools; they follow the rename
+        body = v.harness.skill_by_function("product-qa").body
+        assert renamed["get_stock"] in body and "`get_stock`" not in body
+
+
+def test_renamed_parameters_reach_the_binding_canonically(base):
+    v = next(
+        v
+        for v in generate_variants(base, 60, 2, load_envelope("tools"))
+        if "get_stock" in v.record.get("params", {}) and "product" in v.record["params"]["get_stock"]
+    )
+    tool = v.harness.tool_by_function("get_stock")
+    arg = v.record["params"]["get_stock"]["product"]
+    call = json.dumps({"name": tool.name, "arguments": {arg: "p-dress-01"}})
+    agent = Agent(v.harness, ScriptedModel([f"<tool_call>{call}</tool_call>", "<reply>ok</reply>"]))
+    record = agent.respond("stock?").trace.tool_calls[0]
+    assert record.status == "ok" and record.result["product"] == "p-dress-01"
+
+
+def test_pools_are_split_without_overlap():
+    def flat(value):
+        if isinstance(value, dict):
+            return [x for v in value.values() for x in flat(v)]
+        if isinstance(value, (list, tuple)):
+            return [x for v in value for x in flat(v)]
+        return [value]
+
+    for name in (
+        "TOOL_VERBS",
+        "REPLY_FIELDS",
+        "SKILL_TOOL_NAMES",
+        "FEEDBACK_TEMPLATES",
+        "DECOY_TOOLS",
+        "DECOY_SKILLS",
+        "RULE_PREFIXES",
+    ):
+        pool = getattr(pools, name)
+        overlap = (set(flat(pool["train"])) - {"", "string", "type"}) & set(flat(pool["heldout"]))
+        assert not overlap, (name, overlap)
+    for table in (
+        pools.TOOL_CONCEPTS,
+        pools.SKILL_CONCEPTS,
+        pools.PARAM_NAMES,
+        pools.TOOL_DESCRIPTIONS,
+        pools.SKILL_DESCRIPTIONS,
+    ):
+        for key, pool in table.items():
+            assert not set(pool["train"]) & set(pool["heldout"]), key
+
+
+def test_unknown_envelope_transform(tmp_path):
+    bad = tmp_path / "env.yaml"
+    bad.write_text("transforms: {tool_rename: 0.5, teleport: 1.0}\n")
+    with pytest.raises(Exception, match="teleport"):
+        load_envelope(bad)
+
+
+def test_cli_augment(tmp_path):
+    result = CliRunner().invoke(
+        app, ["augment", "--n", "5", "--seed", "4", "--out", str(tmp_path / "out"), "--split", "heldout"]
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["n"] == 5 and len({r["hash"] for r in summary["variants"]}) == 5
+    assert (tmp_path / "out" / "variant-0004" / "augmentation.json").is_file()
