@@ -18,9 +18,8 @@ Simulated backends: every tool is wrapped by :func:`backend` (``functools.wraps`
 context carries a ``faults`` injector (:class:`~hat.env.faults.FaultInjector`, put there by the
 simulator through request resources) the wrapper consults it before the real function: it may
 raise a timeout or a backend error, answer emptily, or answer late. Without one the wrapper only
-forwards. It also accepts parameter names a harness renamed (``metadata.param_map``) when the
-context's ``resources["param_maps"]`` maps them back (:func:`hat.env.sim.param_maps`), because
-the tool registry passes the model's arguments through unchanged.
+forwards. (Parameters a harness renamed reach these functions under their own names: the tool
+registry maps them back through ``metadata.param_map``.)
 
 Results quote world data verbatim (ids, prices, dates) because hooks and judges check the reply's
 numbers against tool results; a tool that rounded or paraphrased would make grounded replies look
@@ -81,25 +80,13 @@ _Tool = TypeVar("_Tool", bound=Callable[..., dict[str, Any]])
 
 
 # -- simulated backend ------------------------------------------------------------------------------
-def _canonical_kwargs(function_id: str, kwargs: dict[str, Any], context: Any) -> dict[str, Any]:
-    """Rename arguments a harness renamed back to the function's own names (see module docstring)."""
-    resources = getattr(context, "resources", None) or {}
-    mapping = (resources.get("param_maps") or {}).get(function_id)
-    if not mapping:
-        return kwargs
-    back = {current: canonical for canonical, current in mapping.items() if current != canonical}
-    return {back.get(key, key): value for key, value in kwargs.items()}
-
-
 def backend(fn: _Tool) -> _Tool:
     """Wrap a tool function so that a context's fault injector runs before it (module docstring)."""
     function_id = fn.__name__
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> dict[str, Any]:
-        context = kwargs.get("context")
-        kwargs = _canonical_kwargs(function_id, kwargs, context)
-        faults = getattr(context, "faults", None)
+        faults = getattr(kwargs.get("context"), "faults", None)
         if faults is not None and faults.before_call(function_id) == "empty":
             named = dict(zip(("query",), args, strict=False)) if function_id == "search_faq" else {}
             return empty_result(function_id, {**named, **kwargs})

@@ -36,7 +36,9 @@ class SuiteSpec:
 SUITES: dict[str, SuiteSpec] = {}
 
 
-def register_suite(name: str, description: str) -> Callable[[Callable[..., Iterator[Case]]], Callable[..., Iterator[Case]]]:
+def register_suite(
+    name: str, description: str
+) -> Callable[[Callable[..., Iterator[Case]]], Callable[..., Iterator[Case]]]:
     def deco(fn: Callable[..., Iterator[Case]]) -> Callable[..., Iterator[Case]]:
         SUITES[name] = SuiteSpec(name, description, fn)
         return fn
@@ -52,9 +54,57 @@ def build_cases(suite: str, **options: Any) -> list[Case]:
 
 
 @register_suite("t1", "Live-Stream QA: simulated viewer requests with the report's intent mix, production harness")
-def _t1(n: int, seed: int, harness: str = "livestream", mode: str = "single", fault_rate: float = 0.0) -> Iterator[Case]:
+def _t1(
+    n: int, seed: int, harness: str = "livestream", mode: str = "single", fault_rate: float = 0.0
+) -> Iterator[Case]:
     from hat.env.viewers import generate_episodes
 
     production = load_harness(harness)
     for episode in generate_episodes(n, seed, mode=mode, fault_rate=fault_rate):
         yield Case(episode, production)
+
+
+def _episodes(n: int, seed: int, mode: str = "single", fault_rate: float = 0.0) -> list[Episode]:
+    from hat.env.viewers import generate_episodes
+
+    return generate_episodes(n, seed, mode=mode, fault_rate=fault_rate)
+
+
+@register_suite("t2", "Harness-Variant QA: T1's requests under held-out HSA variants (every family)")
+def _t2(
+    n: int, seed: int, harness: str = "livestream", mode: str = "single", fault_rate: float = 0.0
+) -> Iterator[Case]:
+    from hat.augment import augment, load_envelope
+
+    production, envelope = load_harness(harness), load_envelope("default")
+    for i, episode in enumerate(_episodes(n, seed, mode, fault_rate)):
+        variant = augment(production, f"t2:{seed}:{i}", envelope, split="heldout")
+        yield Case(episode, variant.harness, "+".join(variant.applied))
+
+
+@register_suite("t3-tool", "Tool Robustness: renamed tools/parameters, rewritten descriptions, decoys, tool faults")
+def _t3_tool(
+    n: int, seed: int, harness: str = "livestream", mode: str = "single", fault_rate: float = 0.2
+) -> Iterator[Case]:
+    from hat.augment import augment, load_envelope
+
+    production, envelope = load_harness(harness), load_envelope("tools")
+    for i, episode in enumerate(_episodes(n, seed, mode, fault_rate or 0.2)):
+        variant = augment(production, f"t3-tool:{seed}:{i}", envelope, split="heldout")
+        yield Case(episode, variant.harness, "+".join(variant.applied))
+
+
+@register_suite("t3-prompt", "Prompt Robustness: reordered/perturbed prompts and edited rules the policy must follow")
+def _t3_prompt(
+    n: int, seed: int, harness: str = "livestream", mode: str = "single", fault_rate: float = 0.0
+) -> Iterator[Case]:
+    import random
+
+    from hat.augment import augment, load_envelope
+    from hat.augment.rules import add_rules
+
+    production, envelope = load_harness(harness), load_envelope("prompt")
+    for i, episode in enumerate(_episodes(n, seed, mode, fault_rate)):
+        variant = augment(production, f"t3-prompt:{seed}:{i}", envelope, split="heldout")
+        edited, rule_ids = add_rules(variant.harness, random.Random(f"t3-prompt-rules:{seed}:{i}"), split="heldout")
+        yield Case(episode, edited, "+".join([*variant.applied, *rule_ids]))

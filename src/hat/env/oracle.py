@@ -1,0 +1,598 @@
+"""The oracle expert policy and the degenerate baselines that validate the judges.
+
+:class:`OracleModel` implements the :class:`~hat.models.base.Model` protocol as a privileged expert:
+it knows the episode's gold and reads the *current* harness, looking up by function id every name
+HSA may change (tools, ``metadata.param_map`` parameters, skills, the skill action, the reply field,
+the length limit) and skipping decoy skills, so its trajectories follow any transformation. It is
+stateless: each call re-reads the conversation (``tool`` observations, ``user`` feedback) and
+decides the next step from it, as a model would, so retries and faulty backends need no
+bookkeeping that could drift from the runtime's.
+
+Round 1: a short ``<think>``, the gold skills and tool calls. Then: retry calls that timed out,
+failed or came back empty (twice at most, within the round budget), and write one ``<reply>`` from
+the results as returned (numbers verbatim) with the gold facts it verified, no forbidden claim, no
+ungrounded number, within the limit; repair a rejected reply. Wording comes from ``random.Random``
+seeded with ``(seed, episode_id, round)``: same inputs, same bytes. The degenerate policies (same
+constructor) are each bad in exactly one way, so a judge can be shown to catch that failure.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import random
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hat.env.episode import Episode, GoldCall
+from hat.env.world import world_catalog
+from hat.errors import ModelSpecError
+from hat.harness.loader import load_harness
+from hat.harness.protocol import ToolCall, parse_output, render_reply, render_tool_call
+from hat.harness.state import Harness, Skill, ToolSpec
+from hat.models import register_model_spec
+from hat.models.base import Generation, GenerationConfig, Message
+from hat.models.scripted import truncate_at_stop, word_pieces
+
+__all__ = [
+    "POLICIES",
+    "InventPricesPolicy",
+    "MemorisingPolicy",
+    "NoToolsPolicy",
+    "OracleModel",
+    "PolitePolicy",
+    "WrongToolPolicy",
+    "policy_model",
+]
+
+MAX_TOOL_RETRIES = 2
+_FREE_TEXT = {"search_faq": "query", "handoff_to_service": "reason"}  # any wording; gold leaves them None
+_NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)?")  # the same numbers GroundedClaimsHook checks
+_TOOL_RESPONSE = re.compile(r"<tool_response>(.*?)</tool_response>", re.S)
+_PLANS = (
+    "A {topic} request. I'll load {skills} and check {tools}, then answer from the results.",
+    "This is {topic}. {tools} first; {skills} has the rules. Quote results exactly.",
+    "Intent: {topic}. Plan: {skills}, then {tools}. Keep the reply short.",
+)
+_NO_PLAN = {"casual_chat": "Small talk; reply warmly, no tools needed.", "other": "Off-topic; decline politely."}
+_GOT_DATA = ("Results are in; answer with what the tools returned.", "I have the data now; keep it short and exact.")
+_NO_DATA = ("The tools failed; don't guess, say I'll check.", "No data came back, so no numbers in the reply.")
+_PROMO = ("{n} is {p} in the live deal (list {l}).", "Live price for {n}: {p}, down from {l}.")
+_INVENTED = ("Today only: {n} is just ${p}, plus {d}% off!", "Flash deal! {n} for ${p} with an extra {d}% off.")
+_OPENERS = ("Great question!", "Sure!", "Good eye!", "Happy to help!", "")
+_CLOSERS = ("Any other questions?", "Grab it while it's live!", "Just ask if you need more!", "")
+_SORRY = ("Sorry about that!", "So sorry to hear that!", "Oh no, sorry!")
+_HANDOFF = (
+    "I've opened ticket {ticket}; customer service will message you privately.",
+    "Customer service has ticket {ticket} and will reach out to you privately.",
+    "Ticket {ticket} is open, and our service team will message you privately.",
+)
+_SWITCHED = ("Here it is: {name} is on screen now!", "Switched! {name} is up now.", "Done, {name} is on screen.")
+_CHAT = (
+    "Hi and welcome! Check out the {name}!",
+    "Thanks so much! The {name} is up now.",
+    "Aw, thank you! Enjoy the {name}!",
+)
+_DECLINE = ("Sorry, I can only help with the products in this stream!", "I'm not able to answer that one, sorry!")
+_CHECK = (
+    "Let me check that and get back to you!",
+    "Give me a moment to check that for you!",
+    "I'll check and come back!",
+)
+_PARTIAL = ("I'll check the rest and get back to you!", "Let me check on the rest for you.")
+
+
+# -- the harness as the policy sees it: every name looked up by function id ---------------------------
+def _live(items: Sequence[Skill | ToolSpec], function_id: str) -> Skill | ToolSpec | None:
+    """The item serving ``function_id``, never a decoy."""
+    return next((i for i in items if i.function_id == function_id and not i.metadata.get("decoy")), None)
+
+
+def _named_call(harness: Harness, gold: GoldCall, comments: Sequence[str]) -> ToolCall | None:
+    """A gold call under the harness's current tool and parameter names (``None``: no such tool). A
+    free-text argument left open (``None``) gets the comments, as the gold was verified with."""
+    tool = _live(harness.tools, gold.function_id)
+    if not isinstance(tool, ToolSpec):
+        return None
+    rename = dict(tool.metadata.get("param_map") or {})
+    free = _FREE_TEXT.get(gold.function_id)
+    args = {**gold.arguments, **({free: " ".join(comments)} if free and gold.arguments.get(free) is None else {})}
+    return ToolCall(tool.name, {str(rename.get(k, k)): v for k, v in args.items() if v is not None})
+
+
+def _skill_call(harness: Harness, function_id: str) -> ToolCall | None:
+    skill = _live(harness.skills, function_id)
+    return None if skill is None else ToolCall(harness.output.skill_tool, {"name": skill.name})
+
+
+# -- reading the conversation ------------------------------------------------------------------------
+@dataclass
+class _Seen:
+    """One call made so far and what came back (``status`` None: not observed yet)."""
+
+    call: ToolCall
+    status: str | None = None
+    result: Any = None
+
+
+@dataclass
+class _State:
+    rounds: int = 0
+    calls: list[_Seen] = field(default_factory=list)
+    last_reply: dict[str, Any] | None = None
+    feedback: list[str] = field(default_factory=list)
+    rejections: int = 0
+    prompt: str = ""
+    grounding: str = ""
+
+
+def _observation(content: str) -> tuple[str, Any]:
+    match = _TOOL_RESPONSE.search(content)
+    try:
+        data = json.loads(match.group(1) if match else content)
+    except json.JSONDecodeError:
+        return "error", None
+    return (str(data.get("status", "ok")), data.get("result")) if isinstance(data, dict) else ("ok", data)
+
+
+def _read(messages: Sequence[Message], history: int, view: Harness) -> _State:
+    """Replay the conversation after the viewer's message into calls, observations and feedback."""
+    start = 1 + history  # the viewer's message follows the system prompt and the history ...
+    if not (start < len(messages) and messages[start].get("role") == "user"):  # ... unless a hook moved it
+        start = next((i for i, m in enumerate(messages) if m.get("role") == "user" and "comment" in str(m)), 0)
+    prompt = str(messages[0].get("content", "")) if messages else ""
+    state = _State(prompt=prompt, grounding=prompt)
+    pending: list[_Seen] = []
+    for message in messages[start + 1 :]:
+        role, content = message.get("role"), str(message.get("content", ""))
+        if role == "assistant":
+            state.rounds += 1
+            parsed = parse_output(content, view.output.reply_field)
+            pending = [_Seen(c) for c in parsed.tool_calls]
+            state.calls += pending
+            state.last_reply, state.feedback = parsed.reply, []
+        elif role == "tool" and pending:
+            seen = pending.pop(0)
+            seen.status, seen.result = _observation(content)
+            if seen.status == "ok" and seen.call.name != view.output.skill_tool:
+                state.grounding += "\n" + json.dumps(seen.result, ensure_ascii=False, default=str)
+        elif role == "user":
+            if state.last_reply is not None and not state.feedback:
+                state.rejections += 1  # the first feedback after a reply: that reply was rejected
+            state.feedback.append(content)
+    return state
+
+
+def _is_empty(result: Any) -> bool:
+    """An answer without data: nothing, an empty ``results`` list, or only a note."""
+    if isinstance(result, dict) and result:
+        return ("results" in result and not result["results"]) or set(result) <= {"note", "empty", "query", "message"}
+    return not result
+
+
+@dataclass
+class _Compose:
+    """One reply's inputs: episode, conversation, verified (function id, result) pairs, limits, taboos."""
+
+    episode: Episode
+    state: _State
+    rng: random.Random
+    results: list[tuple[str, dict[str, Any]]]
+    product: dict[str, Any] | None
+    limit: int
+    banned: set[str] = field(default_factory=set)
+    rules: list[re.Pattern[str]] = field(default_factory=list)  # operators' settings.reply_rules patterns
+    unresolved: bool = False  # a planned call never gave data: say so
+    compact: bool = False
+
+
+# -- facts from tool results -------------------------------------------------------------------------
+def _num(value: Any) -> str:
+    """A number exactly as the tool's JSON printed it (49.9, 45.0, 0)."""
+    return json.dumps(value) if isinstance(value, int | float) and not isinstance(value, bool) else str(value)
+
+
+def _money(value: Any, currency: Any = "USD") -> str:
+    return f"${_num(value)}" if currency in (None, "USD") else f"{_num(value)} {currency}"
+
+
+def _price_lines(r: dict[str, Any], ctx: _Compose) -> list[str]:
+    name, cur = r.get("name", "It"), r.get("currency")
+    if r.get("promo_active") and r.get("promo_price") is not None:
+        return [ctx.rng.choice(_PROMO).format(n=name, p=_money(r["promo_price"], cur), l=_money(r.get("price"), cur))]
+    return [f"{name} is {_money(r.get('price'), cur)}."]
+
+
+def _stock_lines(r: dict[str, Any], ctx: _Compose) -> list[str]:
+    variant = " ".join(str(x) for x in (r.get("color"), r.get("size")) if x)
+    where = f" in {variant}" if variant else ""
+    if r.get("qty"):
+        return [ctx.rng.choice(("We have {q} left{w}.", "{q} in stock{w}!")).format(q=_num(r["qty"]), w=where)]
+    return [f"Sorry, it's sold out{where}."]
+
+
+def _specs_lines(r: dict[str, Any], ctx: _Compose) -> list[str]:
+    specs: dict[str, Any] = r.get("specs") or {}
+    text = {k: ", ".join(map(str, v)) if isinstance(v, list) else str(v) for k, v in specs.items()}
+    keys = [k for k, v in text.items() if _has_fact(v, ctx.episode.gold.facts)]
+    asked = set(re.findall(r"[a-z]+", " ".join(ctx.episode.comments).lower()))
+    keys = keys or [k for k in text if set(k.split("_")) & asked] or list(text)[:2]
+    return [f"{k.replace('_', ' ').capitalize()}: {text[k]}." for k in keys[:3]]
+
+
+def _discount_lines(r: dict[str, Any], ctx: _Compose) -> list[str]:
+    coupons = list(r.get("coupons") or [])
+    wanted = [c for c in coupons if _has_fact(json.dumps(c, ensure_ascii=False), ctx.episode.gold.facts)]
+    reached = [c for c in coupons if c.get("reached_with_one_unit", True)]
+    best = sorted(wanted or reached, key=lambda c: -float(c.get("discount") or 0))
+    lines = [_price_lines({**r, "promo_active": True}, ctx)[0]] if r.get("promo_price") is not None else []
+    lines += [f"Use code {c['code']}: {c.get('description', '')}." for c in best[:2]]
+    return lines or ["No coupon applies to this one right now."]
+
+
+def _shipping_lines(r: dict[str, Any], ctx: _Compose) -> list[str]:
+    fee = f", shipping {_money(r['fee'])}" if r.get("fee") else " with free shipping"
+    free = f", free over {_money(r['free_over'])}" if r.get("fee") and r.get("free_over") else ""
+    lines = [f"It ships in {_num(r.get('ships_in_days'))} days{fee}{free}."]
+    if r.get("region"):
+        lines.append(f"It {'ships' if r.get('ships_to_region') else 'does not ship'} to {r['region']}.")
+    if r.get("return_policy") and re.search(r"return|refund|exchange", " ".join(ctx.episode.comments), re.I):
+        lines.append(f"Returns: {r['return_policy']}.")
+    return lines
+
+
+def _faq_lines(r: dict[str, Any], ctx: _Compose) -> list[str]:
+    results = r.get("results") or []
+    hits = [h for h in results if _has_fact(str(h.get("answer", "")), ctx.episode.gold.facts)]
+    return [str((hits or results)[0]["answer"])] if results else []
+
+
+_LINES: dict[str, Callable[[dict[str, Any], _Compose], list[str]]] = {
+    "get_price": _price_lines,
+    "get_stock": _stock_lines,
+    "get_specs": _specs_lines,
+    "get_discount_rules": _discount_lines,
+    "get_shipping": _shipping_lines,
+    "search_faq": _faq_lines,
+    "switch_product_link": lambda r, ctx: [ctx.rng.choice(_SWITCHED).format(name=r.get("name"))],
+    "handoff_to_service": lambda r, ctx: [ctx.rng.choice(_HANDOFF).format(ticket=r.get("ticket_id"))],
+}
+
+
+# -- writing the reply -------------------------------------------------------------------------------
+def _mentions(text: str, fact: str) -> bool:
+    """Whether ``text`` states ``fact``: a number as a whole token ("3" is not in "30"), else any case."""
+    if _NUMBER.fullmatch(fact.strip()):
+        return _norm(fact.strip()) in {_norm(n) for n in _NUMBER.findall(text)}
+    return fact.lower() in text.lower()
+
+
+def _has_fact(text: str, facts: Sequence[str]) -> bool:
+    return any(_mentions(text, f) for f in facts)
+
+
+def _prompt_sentence(fact: str, prompt: str) -> str | None:
+    """The shortest sentence of the prompt that states ``fact`` (e.g. an FAQ answer)."""
+    pieces = [p.strip() for p in re.split(r"(?<=[.!?])\s+|\n|\bQ: |\bA: ", prompt)]
+    found = sorted((p for p in pieces if p and len(p) <= 120 and _mentions(p, fact)), key=len)
+    return found[0] if found else None
+
+
+def _leaf_sentence(fact: str, source: Any, key: str = "") -> str | None:
+    """A readable sentence for a gold fact found somewhere in a result ("Material: 100% viscose.")."""
+    if isinstance(source, dict):
+        return next((s for k, v in source.items() if (s := _leaf_sentence(fact, v, str(k)))), None)
+    if isinstance(source, list):
+        return next((s for v in source if (s := _leaf_sentence(fact, v, key))), None)
+    text = _num(source)
+    if not _mentions(text, fact):
+        return None
+    return f"{key.replace('_', ' ').capitalize()}: {text}." if key and len(text) <= 80 else text.rstrip(".!?") + "."
+
+
+def _core(ctx: _Compose) -> list[str]:
+    """Fact sentences from the results, then one for each verified gold fact they missed."""
+    lines = [line for fid, r in ctx.results for line in _LINES.get(fid, lambda *_: [])(r, ctx)]
+    product = ctx.product or {}
+    shown = {k: product.get(k) for k in ("name", "brand", "category", "specs")}  # what the prompt shows
+    sources: list[Any] = [r for _, r in ctx.results] + [shown]
+    observed = json.dumps([r for _, r in ctx.results], ensure_ascii=False)
+    for fact in ctx.episode.gold.facts:
+        # a bare number is stated only when a tool returned it: in the prompt it may be anything
+        where = observed if _NUMBER.fullmatch(fact.strip()) else ctx.state.grounding
+        if _mentions(" ".join(lines), fact) or not _mentions(where, fact):
+            continue
+        extra = next((s for src in sources if (s := _leaf_sentence(fact, src))), None)
+        lines.append(extra or _prompt_sentence(fact, ctx.state.prompt) or f"{fact}.")
+    return list(dict.fromkeys(lines))
+
+
+def _rules(harness: Harness, intent: str) -> list[re.Pattern[str]]:
+    """The ``forbid_patterns`` of the reply rules that apply to ``intent`` (a bad regex: literal)."""
+    out = []
+    for rule in harness.settings.get("reply_rules") or []:
+        for pattern in map(str, rule.get("forbid_patterns", []) if intent in (rule.get("intents") or [intent]) else []):
+            try:
+                out.append(re.compile(pattern, re.IGNORECASE))
+            except re.error:
+                out.append(re.compile(re.escape(pattern), re.IGNORECASE))
+    return out
+
+
+def _allowed(sentence: str, ctx: _Compose) -> bool:
+    lowered = sentence.lower()
+    if any(b.lower() in lowered for b in ctx.banned) or any(p.search(sentence) for p in ctx.rules):
+        return False
+    known = {_norm(n) for n in _NUMBER.findall(ctx.state.grounding)}
+    return all(_norm(n) in known for n in _NUMBER.findall(sentence))
+
+
+def _norm(number: str) -> str:
+    try:
+        return f"{float(number.replace(',', '.')):g}"
+    except ValueError:
+        return number
+
+
+def _body(ctx: _Compose) -> tuple[str, list[str], str]:
+    """(opener, core sentences, closer) for the intent."""
+    rng, gold, intent = ctx.rng, ctx.episode.gold, ctx.episode.gold.intent
+    name = (ctx.product or {}).get("name", "")
+    by_fid = {fid for fid, _ in ctx.results}
+    if intent == "after_sales":
+        core = _core(ctx) if "handoff_to_service" in by_fid else ["Customer service will message you privately."]
+        return rng.choice(_SORRY), core, ""
+    if intent == "order_change" and "switch_product_link" in by_fid:
+        return "", _core(ctx), rng.choice(("Ask me anything about it!", ""))
+    if intent == "casual_chat":  # short: small talk longer than 3/4 of the limit reads as a lecture
+        fits = [t.format(name=name) for t in _CHAT if name and len(t.format(name=name)) <= 0.75 * ctx.limit]
+        return "", [rng.choice(fits) if fits else "Thanks for being here!"], ""
+    core = _core(ctx)
+    if intent == "other" or (not gold.answerable and not core):
+        return "", [rng.choice(_DECLINE)], ""
+    if not core:
+        return "", [rng.choice(_CHECK)], ""
+    if ctx.unresolved:
+        core.append(rng.choice(_PARTIAL))
+    opener = rng.choice(("Thanks everyone!", *_OPENERS) if len(ctx.episode.comments) > 1 else _OPENERS)
+    if not gold.answerable:
+        opener = "I can't confirm that one, but here's what I know:"
+    return opener, core, rng.choice(_CLOSERS)
+
+
+def _compose_reply(ctx: _Compose) -> str:
+    """The fullest reply that fits and breaks no rule: drop closer, opener, fact-less sentences; then cut."""
+    opener, core, closer = _body(ctx)
+    core = [s for s in core if _allowed(s, ctx)] or [ctx.rng.choice(_CHECK)]
+    opener, closer = (opener if _allowed(opener, ctx) else ""), (closer if _allowed(closer, ctx) else "")
+    if ctx.compact:
+        opener = closer = ""
+    keep = [s for s in core if _has_fact(s, ctx.episode.gold.facts) or s in _PARTIAL] or core[:1]
+    for parts in ([opener, *core, closer], [opener, *core], [*core, closer], core, keep):
+        text = " ".join(p for p in parts if p)
+        if len(text) <= ctx.limit and _allowed(text, ctx):
+            return text
+    text = " ".join(keep)
+    for rule in ctx.rules:  # a rule no sentence escapes (say, no "!"): take the offending text out
+        text = " ".join(rule.sub("", text).split())
+    text = text if len(text) <= ctx.limit else text[: max(1, ctx.limit - 1)].rsplit(" ", 1)[0] + "…"
+    return text or "Thanks for asking"
+
+
+# -- the policy --------------------------------------------------------------------------------------
+class _Policy:
+    """Model-protocol plumbing: :meth:`output` gives the next text; stop strings cut it like a backend's."""
+
+    name = "policy"
+
+    def __init__(self, episode: Episode, harness: Harness, *, seed: int = 0) -> None:
+        self.episode = episode
+        self.harness = harness
+        self.seed = seed
+        self.view = harness  # where names come from: the current harness (the memoriser: production)
+
+    def rng(self, round_index: int) -> random.Random:
+        return random.Random(f"{self.seed}:{self.episode.episode_id}:{round_index}")
+
+    def output(self, messages: Sequence[Message]) -> str:
+        raise NotImplementedError
+
+    def generate(
+        self, messages: Sequence[Message], config: GenerationConfig | None = None, *, cache_key: str | None = None
+    ) -> Generation:
+        text, _ = truncate_at_stop(self.output(messages), (config or GenerationConfig()).stop)
+        prompt = sum(len(str(m.get("content", "")).split()) for m in messages)
+        return Generation(text=text, prompt_tokens=prompt, completion_tokens=len(text.split()), ttft_s=0.0)
+
+    def stream(
+        self, messages: Sequence[Message], config: GenerationConfig | None = None, *, cache_key: str | None = None
+    ) -> Iterator[str]:
+        return iter(word_pieces(self.generate(messages, config, cache_key=cache_key).text))
+
+    def reply(self, text: str, think: str = "") -> str:
+        head = f"<think>{think}</think>\n" if think else ""
+        return head + render_reply({self.view.output.reply_field: text})
+
+    def on_display(self) -> dict[str, Any] | None:
+        pid = self.episode.room.get("on_display")
+        return world_catalog(self.episode.world_seed).product(str(pid)) if pid else None
+
+
+class OracleModel(_Policy):
+    """The privileged expert (module docstring). ``use_tools=False`` answers from the prompt only."""
+
+    name = "oracle"
+    use_tools = True
+
+    def output(self, messages: Sequence[Message]) -> str:
+        state = _read(messages, len(self.episode.history), self.view)
+        rng = self.rng(state.rounds)
+        if state.rounds == 0:
+            return self.first_round(state, rng)
+        if state.last_reply is not None and state.feedback:
+            return self.repair(state, rng)
+        retry = self.retries(state)
+        if retry and state.rounds + 1 < self.harness.limits.max_rounds:
+            think = f"{retry[0].name} failed or came back empty; trying again."
+            return f"<think>{think}</think>\n" + "\n".join(render_tool_call(c) for c in retry)
+        thoughts = _NO_DATA if self.planned() and not self.results(state) else _GOT_DATA
+        return self.reply(_compose_reply(self.context(state, rng)), rng.choice(thoughts))
+
+    def planned(self) -> list[tuple[str, ToolCall]]:
+        """(function id, call under the view's names) per gold call whose tool the view has."""
+        gold = self.episode.gold.tool_calls if self.use_tools else ()
+        return [(g.function_id, c) for g in gold if (c := _named_call(self.view, g, self.episode.comments))]
+
+    def first_round(self, state: _State, rng: random.Random) -> str:
+        intent = self.episode.gold.intent
+        skills = [c for f in self.episode.gold.skills if (c := _skill_call(self.view, f))] if self.use_tools else []
+        calls = [c for _, c in self.planned()]
+        if not skills and not calls:
+            return self.reply(
+                _compose_reply(self.context(state, rng)), _NO_PLAN.get(intent, "I can answer this from the prompt.")
+            )
+        think = rng.choice(_PLANS).format(
+            topic=intent.replace("_", " "),
+            skills=", ".join(str(c.arguments["name"]) for c in skills) or "no skill",
+            tools=", ".join(dict.fromkeys(c.name for c in calls)) or "no tool",
+        )
+        return f"<think>{think}</think>\n" + "\n".join(render_tool_call(c) for c in [*skills, *calls])
+
+    def retries(self, state: _State) -> list[ToolCall]:
+        """Planned calls whose latest observation failed or was empty, with retries left."""
+        out = []
+        for _, call in self.planned():
+            seen = [s for s in state.calls if s.call == call and s.status is not None]
+            last = seen[-1] if seen else _Seen(call)
+            failed = last.status in ("timeout", "error") or (last.status == "ok" and _is_empty(last.result))
+            if failed and len(seen) <= MAX_TOOL_RETRIES:
+                out.append(call)
+        return out
+
+    def results(self, state: _State) -> list[tuple[str, dict[str, Any]]]:
+        """(function id, latest good result) per planned call, in plan order."""
+        out = []
+        for function_id, call in self.planned():
+            good = [s.result for s in state.calls if s.call == call and s.status == "ok" and not _is_empty(s.result)]
+            if good and isinstance(good[-1], dict):
+                out.append((function_id, good[-1]))
+        return out
+
+    def context(self, state: _State, rng: random.Random, *, limit: int | None = None) -> _Compose:
+        hook_phrases = [str(p) for h in self.harness.hooks for p in h.config.get("forbidden_phrases", [])]
+        limit = limit or self.view.limits.reply_max_chars
+        banned = {*self.episode.gold.forbidden, *hook_phrases}
+        rules = _rules(self.harness, self.episode.gold.intent)
+        results = self.results(state)
+        unresolved = len(results) < len(self.planned())
+        return _Compose(self.episode, state, rng, results, self.on_display(), limit, banned, rules, unresolved)
+
+    def repair(self, state: _State, rng: random.Random) -> str:
+        """Answer a rejected reply: obey a stated limit, drop a flagged number or phrase, go compact."""
+        feedback = " ".join(state.feedback)
+        limit = min([self.view.limits.reply_max_chars, *map(int, re.findall(r"limit is (\d+)", feedback))])
+        ctx = self.context(state, rng, limit=max(20, int(limit * 0.9 ** (state.rejections - 1))))
+        ctx.compact = True
+        ctx.banned |= {*re.findall(r"number (\S+) is not", feedback), *re.findall(r"promise '([^']+)'", feedback)}
+        return self.reply(_compose_reply(ctx), "The reply was rejected; fix it and keep only verified facts.")
+
+
+class NoToolsPolicy(OracleModel):
+    """Never calls tools or loads skills; answers from the prompt only (else promises to check)."""
+
+    name = "no-tools"
+    use_tools = False
+
+
+class MemorisingPolicy(OracleModel):
+    """The oracle with the production ``livestream`` names and limits, whatever the harness says: the
+    oracle on production, stale names under renames (the overfitting T2 must expose)."""
+
+    name = "memorise"
+
+    def __init__(self, episode: Episode, harness: Harness, *, seed: int = 0) -> None:
+        super().__init__(episode, harness, seed=seed)
+        self.view = _production()
+
+
+class PolitePolicy(_Policy):
+    """The same polite reply to everything; no tools."""
+
+    name = "polite"
+
+    def output(self, messages: Sequence[Message]) -> str:
+        return self.reply("Thanks so much for your comment! So happy to have you here.")
+
+
+class InventPricesPolicy(_Policy):
+    """No tools; states a made-up price and discount, using numbers seen elsewhere in the prompt so the
+    grounding hook lets them through and only an accuracy judge can catch them."""
+
+    name = "invent-prices"
+
+    def output(self, messages: Sequence[Message]) -> str:
+        rng = self.rng(sum(m.get("role") == "assistant" for m in messages))
+        product = self.on_display() or {}
+        real = {_norm(_num(product.get(k))) for k in ("price", "promo_price") if product.get(k) is not None}
+        prompt = str(messages[0].get("content", "")) if messages else ""
+        numbers = [n for n in dict.fromkeys(_NUMBER.findall(prompt)) if not n.startswith("0")]
+        prices = [n for n in numbers if 5 <= float(n.replace(",", ".")) <= 500 and _norm(n) not in real]
+        price = rng.choice(prices) if prices else "9.99"
+        percents = [n for n in numbers if n.isdigit() and 5 <= int(n) <= 90 and n != price]
+        percent = rng.choice(percents) if percents else "50"
+        return self.reply(rng.choice(_INVENTED).format(n=product.get("name", "this one"), p=price, d=percent))
+
+
+class WrongToolPolicy(_Policy):
+    """Calls one tool of a function the episode does not need, then replies generically."""
+
+    name = "wrong-tool"
+
+    def output(self, messages: Sequence[Message]) -> str:
+        if any(m.get("role") == "assistant" for m in messages):
+            return self.reply("Thanks for asking! Tap the product link on screen for all the details.")
+        return "<think>I'll look something up first.</think>\n" + render_tool_call(self.wrong_call())
+
+    def wrong_call(self) -> ToolCall:
+        gold = self.episode.gold
+        needed = {c.function_id for c in gold.tool_calls} | set(gold.optional_tools)
+        spare = [t for t in self.harness.tools if t.function_id not in needed and not t.metadata.get("decoy")]
+        tool = self.rng(0).choice(spare or list(self.harness.tools))
+        text = " ".join(self.episode.comments)
+        values = {"query": text, "reason": text, "product": str(self.episode.room.get("on_display") or "next")}
+        rename = {k: str(rename) for k, rename in dict(tool.metadata.get("param_map") or {}).items()}
+        props = dict(tool.parameters).get("properties", {})
+        return ToolCall(tool.name, {rename.get(k, k): v for k, v in values.items() if rename.get(k, k) in props})
+
+
+_ALL = (OracleModel, PolitePolicy, InventPricesPolicy, WrongToolPolicy, NoToolsPolicy, MemorisingPolicy)
+
+
+@functools.lru_cache(maxsize=1)
+def _production() -> Harness:
+    return load_harness("livestream")
+
+
+POLICIES: dict[str, type[_Policy]] = {cls.name: cls for cls in _ALL}
+"""Policy name -> class: ``oracle``, ``polite``, ``invent-prices``, ``wrong-tool``, ``no-tools``, ``memorise``."""
+
+
+def policy_model(name: str, episode: Episode, harness: Harness, seed: int = 0) -> _Policy:
+    """The simulator policy called ``name`` for one episode on one harness."""
+    cls = POLICIES.get(name)
+    if cls is None:
+        raise ModelSpecError(f"unknown simulator policy {name!r}; known: {', '.join(POLICIES)}")
+    return cls(episode, harness, seed=seed)
+
+
+def _from_spec(argument: str, *, name: str = "", **kw: Any) -> _Policy:
+    """``load_model("oracle" | "policy:<name>", episode=..., harness=..., seed=...)``."""
+    if "episode" not in kw or "harness" not in kw:
+        raise ModelSpecError(f"model spec {name or 'oracle'!r} is simulator-only: pass episode= and harness=")
+    return policy_model(argument or "oracle", kw["episode"], kw["harness"], seed=int(kw.get("seed", 0)))
+
+
+register_model_spec("oracle", _from_spec, takes_argument=False, replace=True)
+register_model_spec("policy", _from_spec, usage="policy:<name>", replace=True)

@@ -1,0 +1,321 @@
+"""The oracle expert and the degenerate policies, run through the real runtime and the default
+``livestream`` harness on the bundled world (``world_seed=-1``); also under a renamed harness."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from hat.env.episode import Episode, FaultSpec, Gold, GoldCall
+from hat.env.faults import FaultInjector
+from hat.env.oracle import POLICIES, MemorisingPolicy, NoToolsPolicy, OracleModel, policy_model
+from hat.env.sim import episode_request, run_episode, simulate
+from hat.errors import ModelSpecError
+from hat.harness.hooks import HookSpec
+from hat.harness.loader import load_harness
+from hat.harness.protocol import parse_output
+from hat.harness.runtime import Agent
+from hat.harness.state import Harness, OutputFormat, Skill, ToolSpec
+from hat.harness.trace import Trace
+from hat.models import load_model
+
+HARNESS = load_harness("livestream")
+DRESS = {"on_display": "p-dress-01"}
+
+
+def episode(eid: str, comment: str | tuple[str, ...], gold: Gold, room: dict[str, Any] = DRESS) -> Episode:
+    comments = (comment,) if isinstance(comment, str) else comment
+    return Episode(eid, -1, room, comments, gold, mode="single" if len(comments) == 1 else "multi")
+
+
+EPISODES = {
+    "price": episode(
+        "ep-price",
+        "how much is the dress??",
+        Gold("product_qa", (GoldCall("get_price", {"product": None}),), skills=("pricing-discounts",), facts=("49.9",)),
+    ),
+    "stock": episode(
+        "ep-stock",
+        "is the red one in M still available",
+        Gold(
+            "product_qa",
+            (GoldCall("get_stock", {"product": "p-dress-01", "color": "red", "size": "M"}),),
+            skills=("product-qa",),
+            facts=("9",),
+        ),
+    ),
+    "discount": episode(
+        "ep-discount",
+        "any coupon for the serum?",
+        Gold(
+            "discount",
+            (GoldCall("get_discount_rules", {"product": "p-serum-01"}),),
+            skills=("pricing-discounts",),
+            facts=("GLOW5", "25.6"),
+            forbidden=("extra discount just for you",),
+        ),
+        room={"on_display": "p-serum-01"},
+    ),
+    "after_sales": episode(
+        "ep-after",
+        "my dress arrived torn!! order #A1029 I want my money back",
+        Gold(
+            "after_sales",
+            (GoldCall("handoff_to_service", {"reason": "dress arrived torn, wants refund", "order_id": "A1029"}),),
+            skills=("after-sales-handoff",),
+            forbidden=("refund approved", "100% refund"),
+            answerable=False,
+        ),
+    ),
+    "order_change": episode(
+        "ep-switch",
+        "can u show the air fryer",
+        Gold(
+            "order_change",
+            (GoldCall("switch_product_link", {"product": "p-fryer-01"}),),
+            skills=("presentation-order",),
+            facts=("CrispChef 5L Air Fryer",),
+        ),
+    ),
+    "casual_chat": episode("ep-chat", "love this stream 😍😍", Gold("casual_chat", skills=("casual-chat",))),
+    "other": episode("ep-other", "what do you think about the election", Gold("other", answerable=False)),
+}
+
+
+def run(ep: Episode, harness: Harness = HARNESS, policy: str = "oracle", seed: int = 0) -> Trace:
+    agent = Agent(harness, policy_model(policy, ep, harness, seed=seed))
+    try:
+        return run_episode(agent, ep)
+    finally:
+        agent.close()
+
+
+def called(trace: Trace) -> list[tuple[str, dict[str, Any]]]:
+    return [(c.name, c.arguments) for c in trace.tool_calls]
+
+
+def think_words(trace: Trace) -> int:
+    return max(len(r.reasoning.split()) for r in trace.rounds)
+
+
+# -- the production harness ------------------------------------------------------------------------
+@pytest.mark.parametrize("key", sorted(EPISODES))
+def test_oracle_is_well_formed_on_every_intent(key: str) -> None:
+    ep = EPISODES[key]
+    trace = run(ep)
+    assert trace.status == "ok", trace.context["status_reason"]
+    assert not [e for e in trace.hook_events if e.verdict != "allow" and e.point == "stop_check"]
+    assert all(r.action != "invalid" for r in trace.rounds)
+    assert len(trace.rounds) <= HARNESS.limits.max_rounds
+    assert 0 < len(trace.reply) <= HARNESS.limits.reply_max_chars
+    assert 0 < think_words(trace) < 60
+    expected = [(c.function_id, {k: v for k, v in c.arguments.items() if v is not None}) for c in ep.gold.tool_calls]
+    assert called(trace) == expected  # production names are the function ids
+    assert all(c.status == "ok" for c in trace.tool_calls)
+    assert set(trace.skills_loaded) == set(ep.gold.skills)
+    for fact in ep.gold.facts:
+        assert fact in trace.reply
+    for claim in ep.gold.forbidden:
+        assert claim.lower() not in trace.reply.lower()
+
+
+def test_intent_specific_replies() -> None:
+    after = run(EPISODES["after_sales"])
+    ticket = after.tool_calls[0].result["ticket_id"]
+    assert ticket in after.reply
+    switch = run(EPISODES["order_change"])
+    assert switch.context["state"]["on_display"] == "p-fryer-01"
+    chat = run(EPISODES["casual_chat"])
+    assert chat.tool_calls == [] and "Floral Midi Wrap Dress" in chat.reply
+    other = run(EPISODES["other"])
+    assert other.tool_calls == [] and other.skills_loaded == () and len(other.rounds) == 1
+    assert re.search(r"sorry|not able|outside", other.reply, re.I)
+
+
+def test_reply_numbers_come_from_tool_results_verbatim() -> None:
+    trace = run(EPISODES["price"])
+    assert "$49.9" in trace.reply and "$59.9" in trace.reply  # not 49.90
+    assert run(EPISODES["stock"]).reply.count("9") >= 1
+
+
+def test_multi_comment_episode() -> None:
+    ep = episode(
+        "ep-multi",
+        ("how much is the dress", "do you ship it to the UK?", "hi from Texas!"),
+        Gold(
+            "product_qa",
+            (GoldCall("get_price", {"product": "p-dress-01"}), GoldCall("get_shipping", {"region": "UK"})),
+            skills=("pricing-discounts", "product-qa"),
+            facts=("49.9",),
+        ),
+    )
+    trace = run(ep)
+    assert trace.status == "ok" and trace.context["mode"] == "multi"
+    assert [name for name, _ in called(trace)] == ["get_price", "get_shipping"]
+    assert "49.9" in trace.reply and "UK" in trace.reply
+    assert len(trace.reply) <= HARNESS.limits.reply_max_chars
+
+
+def test_clarification_reads_the_history() -> None:
+    history = (
+        {"role": "user", "content": "Viewer comment: is the hoodie warm?"},
+        {"role": "assistant", "content": "Yes! It's 80% cotton, 20% polyester fleece."},
+    )
+    gold = Gold(
+        "clarification",
+        (GoldCall("get_stock", {"product": "p-hoodie-01", "color": "black"}),),
+        skills=("product-qa",),
+        facts=("black",),
+    )
+    ep = replace(episode("ep-clar", "and in black?", gold), history=history)
+    trace = run(ep)
+    assert trace.status == "ok" and called(trace) == [("get_stock", {"product": "p-hoodie-01", "color": "black"})]
+    assert "black" in trace.reply and "8" in trace.reply  # 0 + 7 + 1 units in black
+
+
+def test_operator_reply_rules_are_obeyed() -> None:
+    rules = [{"id": "calm", "text": "No exclamation marks.", "forbid_patterns": ["!"]}]
+    harness = replace(HARNESS, settings={**HARNESS.settings, "reply_rules": rules})
+    for key in ("price", "casual_chat", "after_sales", "other"):
+        trace = run(EPISODES[key], harness)
+        assert trace.status == "ok" and "!" not in trace.reply and trace.reply.strip()
+
+
+def test_partial_failure_is_acknowledged() -> None:
+    gold = Gold(
+        "product_qa",
+        (GoldCall("get_price", {"product": None}), GoldCall("get_shipping", {"product": None})),
+        skills=("product-qa",),
+        facts=("49.9", "2"),
+    )
+    ep = episode("ep-partial", "price and shipping time?", gold)
+
+    def shipping_always_fails(seed: int) -> bool:
+        injector = FaultInjector(FaultSpec(rate=0.5, kinds=("error",), seed=seed), ep.episode_id)
+        return injector.draw("get_price", 0) is None and all(injector.draw("get_shipping", i) for i in range(3))
+
+    seed = next(s for s in range(500) if shipping_always_fails(s))
+    trace = run(replace(ep, faults=FaultSpec(rate=0.5, kinds=("error",), seed=seed)))
+    assert trace.status == "ok" and len(trace.rounds) == 4  # call, two retries, reply
+    assert [c.status for c in trace.tool_calls] == ["ok", "error", "error", "error"]
+    assert "49.9" in trace.reply and re.search(r"\bcheck\b", trace.reply)
+
+
+def test_same_seed_same_bytes_and_wording_varies() -> None:
+    ep = EPISODES["price"]
+    first = [r.raw_output for r in run(ep, seed=3).rounds]
+    assert first == [r.raw_output for r in run(ep, seed=3).rounds]
+    outputs = {run(ep, seed=s).reply for s in range(8)}
+    assert len(outputs) >= 3
+    memorised = [r.raw_output for r in run(ep, policy="memorise", seed=3).rounds]
+    assert memorised == first  # on the production harness the memoriser *is* the oracle
+
+
+def test_rejected_reply_is_repaired() -> None:
+    strict = [HookSpec("reply_length", {"max_chars": 50}) if h.name == "reply_length" else h for h in HARNESS.hooks]
+    harness = replace(HARNESS, hooks=tuple(strict))
+    trace = run(EPISODES["discount"], harness)
+    assert trace.status == "ok"
+    assert [r.action for r in trace.rounds][-2:] == ["rejected", "reply"]
+    assert len(trace.reply) <= 50
+
+
+# -- a renamed harness -----------------------------------------------------------------------------
+TOOL_RENAMES = {"get_price": ("price_lookup", {"product": "item"}), "get_stock": ("inventory", {"product": "sku"})}
+SKILL_RENAMES = {"pricing-discounts": "deal-rules", "product-qa": "item-answers"}
+
+
+def rename_tool(tool: ToolSpec) -> ToolSpec:
+    if tool.function_id not in TOOL_RENAMES:
+        return tool
+    name, param_map = TOOL_RENAMES[tool.function_id]
+    props = {param_map.get(k, k): v for k, v in tool.parameters["properties"].items()}
+    parameters = {**tool.parameters, "properties": props}
+    return replace(tool, name=name, parameters=parameters, metadata={**tool.metadata, "param_map": param_map})
+
+
+def rename_skill(skill: Skill) -> Skill:
+    return replace(skill, name=SKILL_RENAMES.get(skill.name, skill.name))
+
+
+def renamed_harness() -> Harness:
+    schema = {"type": "object", "properties": {"text": {"type": "string", "minLength": 1}}, "required": ["text"]}
+    output = OutputFormat(reply_schema=schema, reply_field="text", skill_tool="use_skill")
+    decoy = Skill("deal-rules-v0", "Use for prices and coupons.", "1. Old rules.", {"function_id": "x", "decoy": True})
+    return replace(
+        HARNESS,
+        tools=tuple(map(rename_tool, HARNESS.tools)),
+        skills=(decoy, *map(rename_skill, HARNESS.skills)),
+        output=output,
+        limits=replace(HARNESS.limits, reply_max_chars=120),
+    )
+
+
+def test_oracle_follows_renames() -> None:
+    harness = renamed_harness()
+    trace = run(EPISODES["stock"], harness)
+    assert trace.status == "ok", trace.context["status_reason"]
+    assert called(trace) == [("inventory", {"sku": "p-dress-01", "color": "red", "size": "M"})]
+    assert trace.tool_calls[0].status == "ok" and trace.tool_calls[0].result["qty"] == 9
+    assert trace.skills_loaded == ("item-answers",)
+    assert "9" in trace.reply and trace.reply_payload.get("text") == trace.reply
+    price = run(EPISODES["price"], harness)
+    assert called(price) == [("price_lookup", {})] and "49.9" in price.reply
+    assert price.skills_loaded == ("deal-rules",)
+    first = parse_output(price.rounds[0].raw_output, "text")
+    assert first.tool_calls[0].name == "use_skill"
+    assert all(len(r.reply["text"]) <= 120 for r in price.rounds if r.reply)
+
+
+def test_memorising_policy_calls_stale_names() -> None:
+    harness = renamed_harness()
+    trace = run(EPISODES["stock"], harness, policy="memorise")
+    assert [c.name for c in trace.tool_calls] == ["load_skill", "get_stock"]
+    assert {c.status for c in trace.tool_calls} == {"unknown_tool"}
+    assert trace.skills_loaded == () and trace.status == "fallback"
+    production = run(EPISODES["stock"], policy="memorise")
+    assert production.status == "ok" and called(production) == called(run(EPISODES["stock"]))
+    assert isinstance(policy_model("memorise", EPISODES["stock"], harness), MemorisingPolicy)
+
+
+# -- degenerate policies ---------------------------------------------------------------------------
+def test_degenerate_policies_fail_in_their_own_way() -> None:
+    ep = EPISODES["price"]
+    polite = [run(e, policy="polite") for e in (ep, EPISODES["after_sales"])]
+    assert polite[0].reply == polite[1].reply and not polite[0].tool_calls
+    invent = run(ep, policy="invent-prices")
+    assert invent.status == "ok" and not invent.tool_calls
+    assert re.search(r"\$\d", invent.reply) and "49.9" not in invent.reply and "59.9" not in invent.reply
+    wrong = run(ep, policy="wrong-tool")
+    assert len(wrong.tool_calls) == 1 and wrong.tool_calls[0].name != "get_price" and wrong.status == "ok"
+    no_tools = run(ep, policy="no-tools")
+    assert no_tools.tool_calls == [] and no_tools.skills_loaded == () and "49.9" not in no_tools.reply
+    spec = run(EPISODES["other"], policy="no-tools")
+    assert spec.status == "ok"
+
+
+def test_policy_registry() -> None:
+    assert set(POLICIES) == {"oracle", "polite", "invent-prices", "wrong-tool", "no-tools", "memorise"}
+    assert isinstance(policy_model("oracle", EPISODES["price"], HARNESS), OracleModel)
+    with pytest.raises(ModelSpecError, match="known: oracle, polite"):
+        policy_model("genius", EPISODES["price"], HARNESS)
+    model = policy_model("oracle", EPISODES["price"], HARNESS)
+    assert model.name == "oracle" and "".join(model.stream([{"role": "system", "content": ""}]))
+    loaded = load_model("policy:no-tools", episode=EPISODES["price"], harness=HARNESS)
+    assert isinstance(loaded, NoToolsPolicy) and isinstance(
+        load_model("oracle", episode=EPISODES["price"], harness=HARNESS), OracleModel
+    )
+    with pytest.raises(ModelSpecError, match="simulator-only"):
+        load_model("oracle")
+
+
+def test_simulate_and_request() -> None:
+    ep = EPISODES["price"]
+    request = episode_request(ep)
+    assert request.request_id == "ep-price" and request.product and request.product["id"] == "p-dress-01"
+    assert request.room["order"] and len(request.faq) <= 2 and "faults" in request.resources
+    trace = simulate(ep, HARNESS)
+    assert trace.status == "ok" and trace.context["episode_id"] == "ep-price" and trace.context["faults"] == []
