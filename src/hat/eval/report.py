@@ -32,11 +32,17 @@ def render_markdown(result: SuiteResult, command: str = "", k_worst: int = 8) ->
     for intent, row in s["by_intent"].items():
         dims = " | ".join(f"{row[d]:.1f}" for d in TASK_DIMS)
         lines.append(f"| {intent} | {row['n']} | {row['score']:.1f} | {dims} |")
-    lines += ["", f"Statuses: {s['statuses']}; mean rounds {s['mean_rounds']}; P50 latency {s['latency_ms_p50']} ms", ""]
+    lines += [
+        "",
+        f"Statuses: {s['statuses']}; mean rounds {s['mean_rounds']}; P50 latency {s['latency_ms_p50']} ms",
+        "",
+    ]
     lines += ["## Worst failures", ""]
     for c in result.worst(k_worst):
-        lines.append(f"- `{c.episode_id}` ({c.intent}, {c.variant}) overall {100 * c.overall:.0f}: "
-                     f"comment {c.trace.comments[0][:80]!r} → reply {c.trace.reply[:80]!r}")
+        lines.append(
+            f"- `{c.episode_id}` ({c.intent}, {c.variant}) overall {100 * c.overall:.0f}: "
+            f"comment {c.trace.comments[0][:80]!r} → reply {c.trace.reply[:80]!r}"
+        )
         for d in TASK_DIMS:
             if c.scores[d] < 1:
                 lines.append(f"  - {d} {100 * c.scores[d]:.0f}: {c.reasons[d]}")
@@ -54,8 +60,14 @@ def write_report(result: SuiteResult, out_dir: str | Path, command: str = "") ->
     paths["json"].write_text(json.dumps(summary, indent=2), encoding="utf-8")
     with open(paths["cases"], "w", encoding="utf-8") as fh:
         for c in result.cases:
-            row = {"episode_id": c.episode_id, "intent": c.intent, "variant": c.variant, "scores": c.scores,
-                   "reasons": c.reasons, "trace": c.trace.to_dict()}
+            row = {
+                "episode_id": c.episode_id,
+                "intent": c.intent,
+                "variant": c.variant,
+                "scores": c.scores,
+                "reasons": c.reasons,
+                "trace": c.trace.to_dict(),
+            }
             fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
     return paths
 

@@ -62,7 +62,9 @@ class SuiteResult:
 
     def dims(self) -> dict[str, float]:
         names = [*TASK_DIMS, "cot_length"]
-        return {d: round(100 * statistics.fmean(c.scores[d] for c in self.cases), 2) for d in names} if self.cases else {}
+        return (
+            {d: round(100 * statistics.fmean(c.scores[d] for c in self.cases), 2) for d in names} if self.cases else {}
+        )
 
     def score(self) -> float:
         return round(100 * statistics.fmean(c.overall for c in self.cases), 2) if self.cases else 0.0
