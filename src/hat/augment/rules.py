@@ -70,7 +70,7 @@ REPLY_RULES: dict[str, list[dict[str, Any]]] = {
         {
             "id": "no-shouting",
             "text": "Never write words in ALL CAPS or use exclamation marks.",
-            "forbid_patterns": ["!", r"\b[A-Z]{4,}\b"],
+            "forbid_patterns": ["!", r"(?-i:\b[A-Z]{4,}\b)"],
             "oracle_rewrites": [["!", "."]],
         },
     ],

@@ -186,6 +186,7 @@ class _Compose:
     rules: list[re.Pattern[str]] = field(default_factory=list)  # operators' settings.reply_rules patterns
     unresolved: bool = False  # a planned call never gave data: say so
     compact: bool = False
+    rewrites: list[tuple[re.Pattern[str], str]] = field(default_factory=list)  # rules' oracle_rewrites
 
 
 # -- facts from tool results -------------------------------------------------------------------------
@@ -321,6 +322,21 @@ def _rules(harness: Harness, intent: str) -> list[re.Pattern[str]]:
     return out
 
 
+def _rewrites(harness: Harness, intent: str) -> list[tuple[re.Pattern[str], str]]:
+    """The ``oracle_rewrites`` of applicable reply rules: how a privileged policy complies."""
+    out = []
+    for rule in harness.settings.get("reply_rules") or []:
+        if intent in (rule.get("intents") or [intent]):
+            out += [(re.compile(str(p), re.IGNORECASE), str(r)) for p, r in rule.get("oracle_rewrites", [])]
+    return out
+
+
+def _rewrite(text: str, ctx: _Compose) -> str:
+    for pattern, replacement in ctx.rewrites:
+        text = " ".join(pattern.sub(replacement, text).split())
+    return text
+
+
 def _allowed(sentence: str, ctx: _Compose) -> bool:
     lowered = sentence.lower()
     if any(b.lower() in lowered for b in ctx.banned) or any(p.search(sentence) for p in ctx.rules):
@@ -365,6 +381,7 @@ def _body(ctx: _Compose) -> tuple[str, list[str], str]:
 def _compose_reply(ctx: _Compose) -> str:
     """The fullest reply that fits and breaks no rule: drop closer, opener, fact-less sentences; then cut."""
     opener, core, closer = _body(ctx)
+    opener, closer, core = _rewrite(opener, ctx), _rewrite(closer, ctx), [_rewrite(s, ctx) for s in core]
     core = [s for s in core if _allowed(s, ctx)] or [ctx.rng.choice(_CHECK)]
     opener, closer = (opener if _allowed(opener, ctx) else ""), (closer if _allowed(closer, ctx) else "")
     if ctx.compact:
@@ -487,7 +504,10 @@ class OracleModel(_Policy):
         rules = _rules(self.harness, self.episode.gold.intent)
         results = self.results(state)
         unresolved = len(results) < len(self.planned())
-        return _Compose(self.episode, state, rng, results, self.on_display(), limit, banned, rules, unresolved)
+        rewrites = _rewrites(self.harness, self.episode.gold.intent)
+        return _Compose(
+            self.episode, state, rng, results, self.on_display(), limit, banned, rules, unresolved, rewrites=rewrites
+        )
 
     def repair(self, state: _State, rng: random.Random) -> str:
         """Answer a rejected reply: obey a stated limit, drop a flagged number or phrase, go compact."""
