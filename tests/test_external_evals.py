@@ -481,3 +481,27 @@ def test_bundled_smollm2_runs_through_every_external_eval():
     assert bfcl["records"][0]["kind"] in ("tool_calls", "reply", "invalid")
     rot = run_rotbench(model, _need(SHARED_DATA / "rotbench"), levels=("clean",), limit=1, max_new_tokens=16)
     assert rot["levels"]["clean"]["n"] == 1
+
+
+def test_eval_cli_external_suite_with_hsa_names(tmp_path):
+    """``hat eval --suite bfcl --hsa``: the model sees held-out names, scoring maps them back."""
+    from typer.testing import CliRunner
+
+    from hat.augment.foreign import foreign_renamer
+    from hat.cli.main import app
+
+    data = _write_bfcl(tmp_path / "bfcl")
+    rename = foreign_renamer()
+    area, city = rename("geo.area"), rename("city.info")
+    assert {area, city}.isdisjoint({"geo.area", "city.info"})
+    script = tmp_path / "script.jsonl"
+    lines = [tc(area, width=3, height=4), tc(area, width=3, height=4), tc(city, city="Paris"),
+             tc(city, city="Paris") + tc(city, city="Rome"), tc(city, city="Rome"), REPLY, REPLY]
+    script.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    result = CliRunner().invoke(app, ["eval", "--suite", "bfcl", "--model", f"scripted:{script}", "--data", str(data),
+                                      "--hsa", "--json", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["suite"] == "bfcl+hsa" and summary["n"] == 7
+    assert summary["dims"] == {"simple_python": 100.0, "multiple": 100.0, "parallel": 50.0, "irrelevance": 100.0}
+    assert len(list((tmp_path / "out").glob("bfcl+hsa_*.json"))) == 1

@@ -44,7 +44,7 @@ def episodes(
     err.print(f"wrote {n} episodes to {out_file} (sha256 {episodes_hash(eps)[:16]}); intent mix: {mix}")
 
 
-SUITE_HELP = "Suite: t1 (more suites register as they land; an unknown name lists them)."
+SUITE_HELP = "Suite: t1 | t2 | t3-tool | t3-prompt (simulated room) or ifeval | rotbench | bfcl (external data)."
 
 
 def eval_command(
@@ -56,12 +56,19 @@ def eval_command(
     fault_rate: float = typer.Option(0.0, min=0.0, max=1.0, help="Tool fault probability per call."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON summary object on stdout."),
     out_dir: Path | None = typer.Option(None, "--out", help="Write <suite>_<model>.md/.json/_cases.jsonl here."),
+    data: str | None = typer.Option(None, help="External data path (ifeval: input_data.jsonl; rotbench/bfcl: folder)."),
+    hsa: bool = typer.Option(False, "--hsa", help="rotbench/bfcl: show tools under held-out HSA names."),
+    max_new_tokens: int = typer.Option(256, help="External suites: generation budget per item."),
 ) -> None:
     """Evaluate a model on a suite: per-dimension scores, overall score, per-intent breakdown, worst failures."""
+    from hat.eval.external_suites import EXTERNAL_SUITES
     from hat.eval.report import write_report
     from hat.eval.runner import run_cases
     from hat.eval.suites import build_cases
 
+    if suite in EXTERNAL_SUITES:
+        _external(suite, model, data, n, hsa, out_dir, max_new_tokens, as_json)
+        return
     try:
         cases = build_cases(suite, n=n, seed=seed, harness=harness, fault_rate=fault_rate)
     except (KeyError, HatError) as exc:
@@ -104,6 +111,54 @@ def eval_command(
         )
     else:
         _print_summary(summary)
+
+
+def _external(
+    suite: str,
+    model: str,
+    data: str | None,
+    n: int,
+    hsa: bool,
+    out_dir: Path | None,
+    max_new_tokens: int,
+    as_json: bool,
+) -> None:
+    from hat.eval.external_suites import run_external
+
+    columns = (
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    command = "hat " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    try:
+        with Progress(*columns, console=err, transient=True) as progress:
+            task = progress.add_task(f"{suite} · {model}", total=None)
+            summary = run_external(
+                suite,
+                model,
+                data=data,
+                n=n,
+                hsa=hsa,
+                out_dir=out_dir,
+                max_new_tokens=max_new_tokens,
+                progress=lambda done, total: progress.update(task, completed=done, total=total),
+                command=command,
+            )
+    except (HatError, OSError, ValueError) as exc:
+        err.print(f"error: {exc}", markup=False)
+        raise typer.Exit(2) from exc
+    if as_json:
+        print(json.dumps({k: v for k, v in summary.items() if k != "command"}))
+    else:
+        table = Table(title=f"{summary['suite']} · {model} · n={summary['n']} · score {summary['score']:.1f}")
+        table.add_column("dimension")
+        table.add_column("score", justify="right")
+        for dim, value in summary["dims"].items():
+            table.add_row(dim, f"{value:.1f}")
+        out.print(table)
 
 
 def _print_summary(summary: dict) -> None:
