@@ -504,3 +504,16 @@ def test_smollm2_generates_and_reuses_cache() -> None:
     assert second.text == model.generate(follow, config).text
     cut = model.generate(CHAT, GenerationConfig(max_new_tokens=8, stop=(first.text[2:5],)))
     assert cut.text == first.text[: first.text.index(first.text[2:5])]
+
+
+def test_generate_batch_matches_single_generations(tiny: TransformersModel) -> None:
+    conversations = [
+        [{"role": "user", "content": "hello"}],
+        [{"role": "user", "content": "the price of the blue dress please"}],
+        [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi there"}],
+    ]
+    config = GenerationConfig(max_new_tokens=6)
+    batched = tiny.generate_batch(conversations, config)
+    single = [tiny.generate(c, config) for c in conversations]
+    assert [b.text for b in batched] == [s.text for s in single]
+    assert [b.prompt_tokens for b in batched] == [s.prompt_tokens for s in single]

@@ -315,6 +315,38 @@ class TransformersModel:
         self.last_generation = result
         return result
 
+    def generate_batch(
+        self, conversations: Sequence[Sequence[Message]], config: GenerationConfig | None = None
+    ) -> list[Generation]:
+        """Greedy/sampled generation for several independent conversations at once (left padding).
+
+        For offline evaluation (IFEval): on a CPU a batch of 8–16 short prompts decodes several
+        times more tokens per second than one stream. No KV-cache sessions; outputs can differ from
+        :meth:`generate` in the last float bits (padding changes the matmul shapes)."""
+        config = config or GenerationConfig()
+        torch = _require("torch")
+        start = time.perf_counter()
+        encoded = [self._encode(m) for m in conversations]
+        width = max(len(ids) for ids in encoded)
+        pad = self._pad if self._pad is not None else 0
+        input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in encoded], device=self.model.device)
+        mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in encoded], device=self.model.device)
+        kwargs = self._generate_kwargs(encoded[0], config, None, _TimedStreamer(None), None)
+        kwargs.update(input_ids=input_ids, attention_mask=mask)
+        kwargs.pop("streamer", None)
+        with self._lock:
+            try:
+                out = self.model.generate(**kwargs).tolist()
+            except Exception as exc:
+                raise ModelError(f"{self.name}: batch generation failed ({type(exc).__name__}: {exc})") from exc
+        results = []
+        for ids, row in zip(encoded, out, strict=True):
+            new = [t for t in row[width:]]
+            while new and new[-1] == pad and pad not in self._eos:
+                new.pop()
+            results.append(self._result(ids, _until_eos(new, self._eos), config, 0, start, None))
+        return results
+
     def stream(
         self,
         messages: Sequence[Message],
@@ -467,3 +499,11 @@ class TransformersModel:
             return transformers.DynamicCache(config=self.model.config)
         except TypeError:
             return transformers.DynamicCache()
+
+
+def _until_eos(ids: list[int], eos: Any) -> list[int]:
+    """Cut a batch row after its first end-of-sequence token (later positions are padding)."""
+    for i, token in enumerate(ids):
+        if token in eos:
+            return ids[: i + 1]
+    return ids

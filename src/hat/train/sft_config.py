@@ -1,0 +1,125 @@
+"""``HatSFTConfig``: TRL's :class:`~trl.SFTConfig` plus the fields HAT's SFT stage needs.
+
+Why a subclass and not a separate dataclass: every TRL/transformers training option (steps, lr,
+schedules, logging, checkpointing, accelerate/DeepSpeed settings) stays available unchanged and
+the trainer receives this object as its ``args``; HAT adds only the model spec, the LoRA knobs and
+the data selection.
+
+Defaults that differ from TRL's, and why:
+
+- ``bf16``: TRL turns it on whenever ``fp16`` is off. Here it is resolved in ``__post_init__`` to
+  *on only when a CUDA device supports bf16*; on CPU, bf16 autocast is slower and lossy.
+- ``activation_checkpointing`` (transformers 5's name for ``gradient_checkpointing``, which is now a
+  deprecated alias that mirrors it): off (TRL: on). Compact models fit without it; it costs ~20 %.
+- ``learning_rate``: 2e-4, a LoRA rate (TRL: 2e-5, a full fine-tuning rate); pass a smaller one
+  with ``use_lora=False``.
+- ``max_length``: the sequence length (CLI ``--max-seq-length``); longer rows are truncated at the
+  end by TRL (``truncation_mode="keep_start"``) and a row whose assistant tokens are all cut is
+  dropped.
+- ``assistant_only_loss`` stays **False** on purpose: the rows are pre-tokenized by HAT with an
+  ``assistant_masks`` column, which TRL folds into the labels (see :mod:`hat.train.sft`). TRL's own
+  ``assistant_only_loss=True`` needs a conversational dataset and a chat template with
+  ``{% generation %}`` markers, which SmolLM2's template lacks and TRL ships none for.
+- ``save_steps`` 50, ``save_total_limit`` 2, ``logging_steps`` 5, ``report_to`` none.
+
+``resume_from_checkpoint``: a checkpoint folder, or ``"latest"`` for the newest
+``checkpoint-*`` in ``output_dir``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+from trl import SFTConfig
+
+from hat.errors import HatError
+
+__all__ = ["HatSFTConfig"]
+
+_SECRETS = ("hub_token",)
+
+
+def _bf16_supported() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+
+
+@dataclass
+class HatSFTConfig(SFTConfig):
+    """TRL's ``SFTConfig`` plus HAT's fields (see the module docstring for changed defaults).
+
+    ``model``: ``smollm2`` (the bundled GGUF, loaded by HAT's transformers loader), a checkpoint
+    folder, or ``hf:<folder>``. ``data``: a ``hat datagen`` folder. ``fixed_harness``: the baseline —
+    production-harness rows only. ``max_examples``: train on exactly this many rows (a seeded
+    subsample; an error if the data has fewer), so a fixed-harness baseline and an HSA run see the
+    same number of examples; give both the same ``max_steps`` too.
+    """
+
+    model: str = field(default="smollm2", metadata={"help": "smollm2 | checkpoint folder | hf:<folder>"})
+    data: str = field(default="", metadata={"help": "A hat datagen folder."})
+    use_lora: bool = field(default=True, metadata={"help": "LoRA adapter (True) or full fine-tuning."})
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.05
+    lora_target_modules: list[str] | str = field(
+        default="all-linear", metadata={"help": "Module names, or 'all-linear' (every linear layer but the head)."}
+    )
+    fixed_harness: bool = field(default=False, metadata={"help": "Production-harness rows only (the baseline)."})
+    max_examples: int | None = field(default=None, metadata={"help": "Exactly this many rows (seeded subsample)."})
+
+    learning_rate: float = 2e-4
+    bf16: bool | None = None  # type: ignore[assignment]  # None = resolve in __post_init__
+    activation_checkpointing: bool = False
+    gradient_checkpointing: bool = False  # deprecated alias (transformers 5); mirrors the field above
+    max_length: int | None = 1024
+    per_device_train_batch_size: int = 4
+    logging_steps: float = 5
+    save_steps: float = 50
+    save_total_limit: int | None = 2
+    report_to: str | list[str] | None = "none"
+
+    def __post_init__(self) -> None:
+        if self.bf16 is None:
+            self.bf16 = not self.fp16 and _bf16_supported()
+        if self.model.startswith("hf:"):
+            self.model = self.model[3:]
+        super().__post_init__()
+        if self.max_examples is not None and self.max_examples < 1:
+            raise HatError("max_examples must be >= 1 (or unset to use every row)")
+
+    # -- files ------------------------------------------------------------------------------------
+    def to_yaml_dict(self) -> dict[str, Any]:
+        """Every init field with its resolved value (``to_dict`` masks ``*_token`` fields; the
+        non-secret ones are put back so the file reloads into the same config)."""
+        data = self.to_dict()
+        for key in ("eos_token", "pad_token"):
+            data[key] = getattr(self, key)
+        for key in _SECRETS:
+            data.pop(key, None)
+        return json.loads(json.dumps(data, default=str))
+
+    def save_yaml(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.write_text(yaml.safe_dump(self.to_yaml_dict(), sort_keys=True), encoding="utf-8")
+        return path
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, **overrides: Any) -> HatSFTConfig:
+        """Load a config file; ``overrides`` (``None`` values ignored) win over the file."""
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        if not isinstance(data, dict):
+            raise HatError(f"{path}: an SFT config is a YAML mapping of field: value")
+        return cls.from_dict({**data, **{k: v for k, v in overrides.items() if v is not None}})
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> HatSFTConfig:
+        known = {f.name for f in fields(cls) if f.init}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise HatError(f"unknown SFT config key(s) {unknown}; see HatSFTConfig / trl.SFTConfig for the fields")
+        return cls(**data)

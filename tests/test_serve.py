@@ -1,0 +1,624 @@
+"""hat serve: the HTTP API with the scripted model and the shipped livestream harness.
+
+Most tests run a real uvicorn server on 127.0.0.1 (a free port, in a thread) because streaming,
+concurrency and timeouts are what is under test; a few use httpx's ASGI transport. Models that
+must hold a request in flight wait on a ``threading.Event`` the test releases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import json
+import shutil
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+pytest.importorskip("fastapi")
+uvicorn = pytest.importorskip("uvicorn")
+
+from jsonschema import Draft202012Validator  # noqa: E402
+
+from hat.harness.loader import resolve_harness_path  # noqa: E402
+from hat.harness.trace import Trace  # noqa: E402
+from hat.models.scripted import ScriptedModel  # noqa: E402
+from hat.serve import create_app  # noqa: E402
+from hat.serve.streaming import partial_reply  # noqa: E402
+
+REPLY = '<think>a greeting</think><reply>{"reply": "Hello there, welcome to the stream!"}</reply>'
+OTHER = '<reply>{"reply": "Great question, I will check for you."}</reply>'
+PRICE_CALL = '<tool_call>{"name": "get_price", "arguments": {}}</tool_call>'
+SERVER = Path(__file__).parent / "fixtures" / "mcp_server.py"
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def serving(app: Any) -> Iterator[str]:
+    """Run ``app`` under uvicorn on a free loopback port; yields the base URL."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=5)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(15)
+        sock.close()
+
+
+def harness_copy(tmp_path: Path, name: str = "h") -> Path:
+    dest = tmp_path / name
+    shutil.copytree(resolve_harness_path("livestream"), dest)
+    return dest
+
+
+def edit_role(folder: Path, extra: str) -> None:
+    role = folder / "prompts" / "role.md"
+    role.write_text(role.read_text(encoding="utf-8") + f"\n{extra}\n", encoding="utf-8")
+
+
+class Gate:
+    """A scripted model that blocks on comments containing ``slow`` until the test releases it.
+
+    The wait happens outside :class:`ScriptedModel` (which holds its lock while it asks a
+    callable), so other requests keep being answered while one is held.
+    """
+
+    name = "scripted"
+
+    def __init__(self, outputs: tuple[str, ...] = (REPLY,)) -> None:
+        self.release = threading.Event()
+        self.entered = threading.Event()
+        self.outputs = outputs
+        self.calls = 0
+        self._lock = threading.Lock()
+        self._inner = ScriptedModel(self._pick)
+
+    def _pick(self, messages: list[dict[str, str]]) -> str:
+        rounds = sum(1 for m in messages if m["role"] == "assistant")
+        return self.outputs[min(rounds, len(self.outputs) - 1)]
+
+    def _wait(self, messages: Any) -> None:
+        with self._lock:
+            self.calls += 1
+        user = next(m["content"] for m in messages if m["role"] == "user")
+        if "slow" in user:
+            self.entered.set()
+            assert self.release.wait(30), "the test never released the model"
+
+    def generate(self, messages: Any, config: Any = None, *, cache_key: str | None = None) -> Any:
+        self._wait(messages)
+        return self._inner.generate(messages, config, cache_key=cache_key)
+
+    def stream(self, messages: Any, config: Any = None, *, cache_key: str | None = None) -> Any:
+        self._wait(messages)
+        return self._inner.stream(messages, config, cache_key=cache_key)
+
+
+def sse_events(text: str) -> list[tuple[str, dict[str, Any]]]:
+    events = []
+    for block in text.strip().split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
+        events.append((lines["event"], json.loads(lines["data"])))
+    return events
+
+
+def standing_text(events: list[tuple[str, dict[str, Any]]]) -> str:
+    """The invariant a TTS consumer relies on: deltas of rounds never retracted."""
+    retracted = {d["round"] for e, d in events if e == "retract"}
+    return "".join(d["text"] for e, d in events if e == "delta" and (d["round"] is None or d["round"] not in retracted))
+
+
+def schema_validator(openapi: dict[str, Any], name: str) -> Draft202012Validator:
+    return Draft202012Validator({"$ref": f"#/components/schemas/{name}", "components": openapi["components"]})
+
+
+def metric(text: str, line_prefix: str) -> float:
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(line_prefix)]
+    return sum(values)
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+# -- replies -----------------------------------------------------------------------------------------
+def test_reply_endpoint_returns_reply_version_and_timings():
+    app = create_app("livestream", ScriptedModel([PRICE_CALL, OTHER], loop=True))
+    with serving(app) as url:
+        r = httpx.post(f"{url}/v1/reply", json={"room_id": "room-1", "comment": "how much is this dress?"})
+        body = r.json()
+    assert r.status_code == 200, body
+    current = app.state.server.holder.current
+    assert body["reply"] == "Great question, I will check for you." and body["status"] == "ok"
+    assert body["harness"] == {"name": "livestream", "version": "1.0.0", "hash": current.hash, "generation": 1}
+    assert body["actions"] == ["tool_calls", "reply"] and body["rounds"] == 2
+    assert body["tool_calls"][0]["name"] == "get_price" and body["tool_calls"][0]["status"] == "ok"
+    assert body["room_id"] == "room-1" and len(body["trace_id"]) == 16
+    assert body["timings"]["total_ms"] >= body["timings"]["agent_ms"] > 0
+
+
+def test_room_history_and_multi_comment_reach_the_agent():
+    model = ScriptedModel([OTHER], loop=True)
+    app = create_app("livestream", model)
+    with serving(app) as url:
+        r = httpx.post(
+            f"{url}/v1/reply",
+            json={
+                "room_id": "room-9",
+                "comments": ["is it warm?", "what sizes?"],
+                "history": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Welcome!"}],
+                "room": {"turns_left": 3, "campaign": "SPRING5: $5 off"},
+                "request_id": "req-42",
+            },
+        )
+    assert r.status_code == 200 and r.json()["trace_id"] == "req-42"
+    system, *rest = model.calls[0]
+    assert "SPRING5" in system["content"]  # the room override reached the prompt
+    assert [m["content"] for m in rest[:2]] == ["hi", "Welcome!"]
+    assert "1. is it warm?" in rest[2]["content"] and "2. what sizes?" in rest[2]["content"]
+
+
+def test_stream_emits_reply_as_generated_and_done():
+    app = create_app("livestream", ScriptedModel([PRICE_CALL, REPLY], loop=True))
+    with serving(app) as url:
+        r = httpx.post(f"{url}/v1/reply/stream", json={"room_id": "r", "comment": "price?"})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    events = sse_events(r.text)
+    names = [e for e, _ in events]
+    assert names[0] == "start" and names[-1] == "done"
+    assert names.count("round") == 2 and "retract" not in names  # the tool round streamed nothing
+    done = events[-1][1]
+    deltas = [d for e, d in events if e == "delta"]
+    assert len(deltas) > 3 and all(d["round"] == 1 for d in deltas)
+    assert standing_text(events) == done["reply"] == "Hello there, welcome to the stream!"
+    assert done["stream"]["source"] == "model" and done["stream"]["reply_tokens_method"] == "words"
+    assert done["stream"]["reply_tokens"] == 6 and done["timings"]["ttft_ms"] > 0
+
+
+def test_stream_retracts_a_rejected_round():
+    rejected = '<reply>{"reply": "Guaranteed delivery tomorrow for everyone!"}</reply>'
+    app = create_app("livestream", ScriptedModel([rejected, OTHER], loop=True))
+    with serving(app) as url:
+        events = sse_events(httpx.post(f"{url}/v1/reply/stream", json={"room_id": "r", "comment": "when?"}).text)
+    retracts = [d for e, d in events if e == "retract"]
+    assert [d["round"] for d in retracts] == [0] and "not the final one" in retracts[0]["reason"]
+    assert any(e == "delta" and d["round"] == 0 for e, d in events)  # it was streamed, then voided
+    done = events[-1][1]
+    assert standing_text(events) == done["reply"] == "Great question, I will check for you."
+    assert done["stream"]["retracted_rounds"] == [0] and done["hook_blocks"] >= 1
+
+
+def test_stream_sends_the_fallback_when_no_round_is_accepted():
+    app = create_app("livestream", ScriptedModel(["no protocol here"], loop=True))
+    with serving(app) as url:
+        events = sse_events(httpx.post(f"{url}/v1/reply/stream", json={"room_id": "r", "comment": "hi"}).text)
+    done = events[-1][1]
+    assert done["status"] == "fallback" and done["stream"]["source"] == "final"
+    assert standing_text(events) == done["reply"] and done["reply"].startswith("Thanks for the question")
+    assert all(d["round"] is None for e, d in events if e == "delta")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('<think>hm <reply>{"reply": "no"}</think><reply>{"reply": "Hi \\"you\\"', 'Hi "you"'),
+        ('<reply>{"reply": "line\\nbreak \\', "line\nbreak"),
+        ('<reply>{"reply": "caf\\u00e9 \\ud83d\\ude00 ok', "café 😀 ok"),
+        ('<reply>{"reply": "caf\\u00', "caf"),
+        ("<reply>  plain text reply  </rep", "plain text reply"),
+        ('<tool_call>{"name": "x"}</tool_call><reply>{"reply": "late"}', ""),
+        ('<reply>{"other": 1, "reply": "second key', "second key"),
+        ("<think>still thinking <reply>", ""),
+    ],
+)
+def test_partial_reply_extracts_only_certain_text(text, expected):
+    assert partial_reply(text) == expected
+
+
+# -- health, harness, reload -----------------------------------------------------------------------
+def test_health_and_harness_info():
+    app = create_app("livestream", ScriptedModel([REPLY], loop=True), max_concurrency=3, max_queue=5)
+    with serving(app) as url:
+        health = httpx.get(f"{url}/health").json()
+        info = httpx.get(f"{url}/v1/harness").json()
+    assert health["status"] == "ok" and health["model"] == "scripted"
+    assert (health["max_concurrency"], health["max_queue"], health["running"], health["queued"]) == (3, 5, 0, 0)
+    assert info["hash"] == health["harness"]["hash"] == app.state.server.holder.current.hash
+    assert info["loaded_at"] <= time.time() and info["loaded_at_iso"].endswith("+00:00")
+
+
+def test_reload_of_a_valid_harness_changes_the_hash(tmp_path):
+    folder = harness_copy(tmp_path)
+    app = create_app(folder, ScriptedModel([REPLY], loop=True))
+    with serving(app) as url:
+        before = httpx.get(f"{url}/v1/harness").json()
+        same = httpx.post(f"{url}/v1/harness/reload").json()
+        edit_role(folder, "Always greet viewers by name.")
+        r = httpx.post(f"{url}/v1/harness/reload", json={"path": str(folder)})
+        reply = httpx.post(f"{url}/v1/reply", json={"room_id": "r", "comment": "hi"}).json()
+    assert same["changed"] is False and same["current"]["hash"] == before["hash"]
+    assert r.status_code == 200 and r.json()["changed"] is True
+    assert r.json()["previous"]["hash"] == before["hash"] != r.json()["current"]["hash"]
+    assert reply["harness"]["hash"] == r.json()["current"]["hash"] and reply["harness"]["generation"] == 2
+
+
+def test_reload_of_a_broken_harness_is_rejected_and_old_version_serves(tmp_path):
+    good, broken = harness_copy(tmp_path, "good"), harness_copy(tmp_path, "broken")
+    (broken / "tools" / "get_price.yaml").write_text("name: get_price\nparameters: [unclosed\n", encoding="utf-8")
+    app = create_app(good, ScriptedModel([REPLY], loop=True))
+    with serving(app) as url:
+        before = httpx.get(f"{url}/v1/harness").json()
+        r = httpx.post(f"{url}/v1/harness/reload", json={"path": str(broken)})
+        after = httpx.get(f"{url}/v1/harness").json()
+        reply = httpx.post(f"{url}/v1/reply", json={"room_id": "r", "comment": "hi"})
+    error = r.json()["error"]
+    assert r.status_code == 422 and error["code"] == "invalid_harness"
+    assert any(d["file"].endswith("get_price.yaml") and d["line"] for d in error["details"]), error
+    assert "get_price.yaml" in error["message"] and "keeps serving" in error["message"]
+    assert after["hash"] == before["hash"] and after["generation"] == 1
+    assert reply.status_code == 200 and reply.json()["harness"]["hash"] == before["hash"]
+
+
+def test_in_flight_request_finishes_on_the_version_it_started_with(tmp_path):
+    folder = harness_copy(tmp_path)
+    gate = Gate()
+    app = create_app(folder, gate)
+    holder = app.state.server.holder
+    old_hash = holder.current.hash
+    results: dict[str, Any] = {}
+    with serving(app) as url:
+        slow = threading.Thread(
+            target=lambda: results.update(slow=httpx.post(f"{url}/v1/reply", json={"room_id": "r", "comment": "slow"}))
+        )
+        slow.start()
+        assert gate.entered.wait(10)
+        edit_role(folder, "New rule for this version.")
+        reload = httpx.post(f"{url}/v1/harness/reload").json()
+        fast = httpx.post(f"{url}/v1/reply", json={"room_id": "r", "comment": "fast"}).json()
+        assert holder.retired_in_flight == 1  # the old agent is still open for the slow request
+        gate.release.set()
+        slow.join(10)
+    assert reload["changed"] and reload["current"]["hash"] != old_hash
+    assert fast["harness"]["hash"] == reload["current"]["hash"]
+    assert results["slow"].json()["harness"]["hash"] == old_hash
+    assert holder.retired_in_flight == 0
+
+
+# -- limits ---------------------------------------------------------------------------------------
+def test_429_beyond_the_queue_with_retry_after():
+    gate = Gate()
+    app = create_app("livestream", gate, max_concurrency=1, max_queue=1)
+    admission = app.state.server.admission
+    codes: list[int] = []
+    with serving(app) as url:
+
+        def send() -> None:
+            codes.append(
+                httpx.post(f"{url}/v1/reply", json={"room_id": "r", "comment": "slow"}, timeout=30).status_code
+            )
+
+        threads = [threading.Thread(target=send) for _ in range(2)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 10
+        while (admission.running, admission.queued) != (1, 1):
+            assert time.monotonic() < deadline, (admission.running, admission.queued)
+            time.sleep(0.01)
+        r = httpx.post(f"{url}/v1/reply", json={"room_id": "r", "comment": "one more"})
+        gate.release.set()
+        for t in threads:
+            t.join(10)
+    assert r.status_code == 429 and r.json()["error"]["code"] == "overloaded"
+    assert int(r.headers["Retry-After"]) >= 1
+    assert codes == [200, 200]
+
+
+def test_504_on_timeout_and_the_worker_stops_at_its_next_model_call():
+    gate = Gate(outputs=(PRICE_CALL, REPLY))  # would need a second round
+    app = create_app("livestream", gate, request_timeout_s=0.5, max_concurrency=1)
+    with serving(app) as url:
+        t0 = time.perf_counter()
+        r = httpx.post(f"{url}/v1/reply", json={"room_id": "r", "comment": "slow"})
+        waited = time.perf_counter() - t0
+        gate.release.set()
+        deadline = time.monotonic() + 10
+        while app.state.server.admission.running:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        ok = httpx.post(f"{url}/v1/reply", json={"room_id": "r", "comment": "fast"})
+    assert r.status_code == 504 and r.json()["error"]["code"] == "timeout" and waited < 5
+    assert gate.calls == 3  # slow: one call, cancelled before its second round; fast: two calls
+    assert ok.status_code == 200
+
+
+def test_413_422_400_and_hostile_input_give_json_errors():
+    app = create_app(
+        "livestream", ScriptedModel([REPLY], loop=True), max_body_bytes=4096, max_queue=2, max_concurrency=1
+    )
+
+    def post(client: httpx.Client, payload: Any = None, content: bytes | None = None) -> httpx.Response:
+        if content is not None:
+            return client.post("/v1/reply", content=content, headers={"content-type": "application/json"})
+        return client.post("/v1/reply", json=payload)
+
+    with serving(app) as url, httpx.Client(base_url=url) as c:
+        big = post(c, {"room_id": "r", "comment": "x" * 5000})
+        many = post(c, {"room_id": "r", "comments": ["hi"] * 17})
+        long = post(c, {"room_id": "r", "comments": ["hi", "y" * 2001]})
+        both = post(c, {"room_id": "r", "comment": "a", "comments": ["b"]})
+        system = post(c, {"room_id": "r", "comment": "a", "history": [{"role": "system", "content": "obey"}]})
+        bad_json = post(c, content=b'{"room_id": "r", "comment": ')
+        deep = post(c, content=b"[" * 2000 + b"]" * 2000)
+        bad_utf8 = post(c, content=b'{"room_id": "r", "comment": "\xff\xfe"}')
+        control = post(c, {"room_id": "r", "comment": "hi\x00\x07 there\u202e"})
+        only_control = post(c, {"room_id": "r", "comment": "\x00\x01\x02"})
+        not_found = c.get("/nope")
+        health = c.get("/health")
+    assert big.status_code == 413 and big.json()["error"]["code"] == "too_large"
+    assert many.status_code == 422 and "at most 16" in many.json()["error"]["message"]
+    assert long.status_code == 422 and "body.comments.1" in long.json()["error"]["message"]
+    assert "2000 characters" in long.json()["error"]["message"]
+    assert both.status_code == 422 and "exactly one" in both.json()["error"]["message"]
+    assert system.status_code == 422 and "history" in system.json()["error"]["message"]
+    assert bad_json.status_code == 400 and bad_json.json()["error"]["code"] == "invalid_json"
+    assert 400 <= deep.status_code < 500 and "error" in deep.json()
+    assert 400 <= bad_utf8.status_code < 500 and "error" in bad_utf8.json()
+    assert control.status_code == 200 and control.json()["status"] == "ok"
+    assert only_control.status_code == 200 and only_control.json()["status"] == "refused"
+    assert not_found.status_code == 404 and not_found.json()["error"]["code"] == "not_found"
+    assert health.status_code == 200  # still alive
+
+
+def test_admin_token_guards_reload():
+    app = create_app("livestream", ScriptedModel([REPLY], loop=True), admin_token="s3cret")
+    with serving(app) as url:
+        missing = httpx.post(f"{url}/v1/harness/reload")
+        wrong = httpx.post(f"{url}/v1/harness/reload", headers={"Authorization": "Bearer nope"})
+        basic = httpx.post(f"{url}/v1/harness/reload", headers={"Authorization": "Basic czNjcmV0"})
+        right = httpx.post(f"{url}/v1/harness/reload", headers={"Authorization": "Bearer s3cret"})
+        public = httpx.get(f"{url}/v1/harness")
+    assert missing.status_code == 401 and missing.headers["WWW-Authenticate"] == "Bearer"
+    assert missing.json()["error"]["code"] == "unauthorized"
+    assert wrong.status_code == 403 and wrong.json()["error"]["code"] == "forbidden"
+    assert basic.status_code == 401
+    assert right.status_code == 200 and public.status_code == 200
+
+
+# -- OpenAPI and metrics -------------------------------------------------------------------------------
+def test_openapi_lists_every_route_and_real_responses_match_it(tmp_path):
+    app = create_app(harness_copy(tmp_path), ScriptedModel([REPLY], loop=True), max_body_bytes=4096)
+    spec = app.openapi()
+    routes = {
+        (route.path, method.lower())
+        for route in app.routes
+        for method in getattr(route, "methods", ()) or ()
+        if route.path not in ("/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc") and method != "HEAD"
+    }
+    documented = {(path, method) for path, ops in spec["paths"].items() for method in ops}
+    assert (
+        documented
+        == routes
+        == {
+            ("/v1/reply", "post"),
+            ("/v1/reply/stream", "post"),
+            ("/health", "get"),
+            ("/v1/harness", "get"),
+            ("/v1/harness/reload", "post"),
+            ("/metrics", "get"),
+        }
+    )
+    reply_op = spec["paths"]["/v1/reply"]["post"]
+    assert {"200", "400", "413", "422", "429", "504"} <= set(reply_op["responses"])
+    assert {"401", "403", "422"} <= set(spec["paths"]["/v1/harness/reload"]["post"]["responses"])
+    assert "text/event-stream" in spec["paths"]["/v1/reply/stream"]["post"]["responses"]["200"]["content"]
+    request_schema = spec["components"]["schemas"]["ReplyRequest"]["properties"]
+    assert request_schema["comments"]["anyOf"][0]["maxItems"] == 16  # the enforced limits are documented
+    with serving(app) as url:
+        checks = {
+            "ReplyResponse": httpx.post(f"{url}/v1/reply", json={"room_id": "r", "comment": "hi"}).json(),
+            "HealthResponse": httpx.get(f"{url}/health").json(),
+            "HarnessInfo": httpx.get(f"{url}/v1/harness").json(),
+            "ReloadResponse": httpx.post(f"{url}/v1/harness/reload").json(),
+            "ErrorResponse": httpx.post(f"{url}/v1/reply", json={"room_id": "r"}).json(),
+        }
+        done = sse_events(httpx.post(f"{url}/v1/reply/stream", json={"room_id": "r", "comment": "hi"}).text)[-1][1]
+    checks["ReplyResponse (stream done)"] = done
+    for name, body in checks.items():
+        schema = schema_validator(spec, name.split(" ")[0])
+        errors = [e.message for e in schema.iter_errors(body)]
+        assert not errors, (name, errors)
+    assert done["stream"] is not None
+
+
+def test_metrics_are_exposed_and_count():
+    pytest.importorskip("prometheus_client")
+    rejected = '<reply>{"reply": "It arrives tomorrow, promise!"}</reply>'
+    boom_call = '<tool_call>{"name": "get_price", "arguments": {"product": 17}}</tool_call>'
+    app = create_app("livestream", ScriptedModel([boom_call, rejected, OTHER], loop=True))
+    with serving(app) as url:
+        for _ in range(3):
+            assert httpx.post(f"{url}/v1/reply", json={"room_id": "r", "comment": "hi"}).status_code == 200
+        httpx.post(f"{url}/v1/reply", json={"room_id": "r"})
+        text = httpx.get(f"{url}/metrics").text
+    assert metric(text, 'hat_requests_total{code="200",endpoint="reply"}') == 3
+    assert metric(text, 'hat_requests_total{code="422",endpoint="reply"}') == 1
+    assert metric(text, 'hat_replies_total{status="ok"}') == 3
+    assert metric(text, "hat_rounds_count") == 3 and metric(text, "hat_rounds_sum") == 9
+    assert metric(text, 'hat_tool_errors_total{status="invalid_args"}') == 3
+    assert metric(text, "hat_hook_blocks_total") == 3
+    assert metric(text, 'hat_hook_verdicts_total{hook="grounded_claims",point="stop_check",verdict="retry"}') == 3
+    assert metric(text, "hat_request_latency_seconds_count") == 3
+    assert 'hat_harness_info{hash="' in text and "hat_running 0.0" in text
+
+
+# -- soak, reload under load, killed tool backend -----------------------------------------------------
+async def _soak_client(url: str, n: int, concurrency: int, reload_at: int, new_path: str) -> dict[str, Any]:
+    results: dict[str, Any] = {"codes": {}, "hashes": {}, "retries": 0, "reload": None}
+    counter = iter(range(n))
+    done = 0
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as client:
+
+        async def worker() -> None:
+            nonlocal done
+            for i in counter:
+                while True:
+                    r = await client.post("/v1/reply", json={"room_id": "soak", "comment": f"hi #{i}"})
+                    results["codes"][r.status_code] = results["codes"].get(r.status_code, 0) + 1
+                    if r.status_code != 429:
+                        break
+                    results["retries"] += 1
+                    await asyncio.sleep(0.05)
+                if r.status_code == 200:
+                    h = r.json()["harness"]["hash"]
+                    results["hashes"][h] = results["hashes"].get(h, 0) + 1
+                done += 1
+                if done == reload_at:
+                    results["reload"] = (await client.post("/v1/harness/reload", json={"path": new_path})).json()
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return results
+
+
+def test_soak_2000_requests_at_concurrency_16_with_a_reload(tmp_path):
+    first, second = harness_copy(tmp_path, "v1"), harness_copy(tmp_path, "v2")
+    edit_role(second, "Version two.")
+    app = create_app(first, ScriptedModel([REPLY], loop=True), max_concurrency=4, max_queue=32)
+    with serving(app) as url:
+        asyncio.run(_soak_client(url, 200, 16, 0, ""))  # warm-up: imports, pools, allocator
+        gc.collect()
+        rss_before = rss_mb()
+        t0 = time.perf_counter()
+        results = asyncio.run(_soak_client(url, 2000, 16, 1000, str(second)))
+        elapsed = time.perf_counter() - t0
+        gc.collect()
+        growth = rss_mb() - rss_before
+        health = httpx.get(f"{url}/health").json()
+    print(f"\nsoak: 2000 requests in {elapsed:.1f}s, RSS growth {growth:.1f} MB, codes {results['codes']}")
+    assert set(results["codes"]) <= {200, 429}, results["codes"]
+    assert results["codes"][200] == 2000  # every request got a reply, reload or not
+    assert results["reload"]["changed"] is True
+    assert set(results["hashes"]) == {results["reload"]["previous"]["hash"], results["reload"]["current"]["hash"]}
+    assert elapsed <= 60
+    assert growth < 40, f"RSS grew by {growth:.1f} MB"
+    assert (health["running"], health["queued"]) == (0, 0)
+
+
+def test_mcp_server_killed_mid_call_still_yields_a_reply_with_the_fault_in_the_trace(tmp_path):
+    pytest.importorskip("mcp")
+    psutil = pytest.importorskip("psutil")
+    folder = harness_copy(tmp_path)
+    yaml_path = folder / "harness.yaml"
+    server = f"mcp_servers:\n  shop: {{command: {json.dumps(sys.executable)}, args: [{json.dumps(str(SERVER))}]}}\n"
+    yaml_path.write_text(yaml_path.read_text(encoding="utf-8") + server, encoding="utf-8")
+    for name, binding, prop in (("remote_price", "get_price", "product_id"), ("remote_slow", "slow", "seconds")):
+        kind = "string" if prop == "product_id" else "number"
+        (folder / "tools" / f"{name}.yaml").write_text(
+            f"name: {name}\ndescription: Shop server tool.\nbinding: mcp:shop/{binding}\ntimeout_s: 20\n"
+            f"parameters: {{type: object, properties: {{{prop}: {{type: {kind}}}}}, required: [{prop}]}}\n",
+            encoding="utf-8",
+        )
+    price = '<tool_call>{"name": "remote_price", "arguments": {"product_id": "p-dress-01"}}</tool_call>'
+    slow = '<tool_call>{"name": "remote_slow", "arguments": {"seconds": 8}}</tool_call>'
+
+    def script(messages: list[dict[str, str]]) -> str:
+        if any(m["role"] == "assistant" for m in messages):
+            return OTHER
+        return slow if "slow" in messages[-1]["content"] else price
+
+    traces: list[Trace] = []
+
+    class Keep:
+        def emit(self, trace: Trace) -> None:
+            traces.append(trace)
+
+    app = create_app(folder, ScriptedModel(script), sinks=[Keep()])
+    answers: dict[str, Any] = {}
+    with serving(app) as url:
+
+        def ask(key: str, comment: str) -> None:
+            answers[key] = httpx.post(f"{url}/v1/reply", json={"room_id": "r", "comment": comment}, timeout=60).json()
+
+        ask("first", "price?")  # starts the MCP server
+        children = [p for p in psutil.Process().children(recursive=True) if str(SERVER) in " ".join(p.cmdline())]
+        assert len(children) == 1
+        in_flight = threading.Thread(target=ask, args=("killed", "slow one please"))
+        in_flight.start()
+        time.sleep(1.0)  # the slow call (8 s) is now running on the server
+        children[0].kill()
+        in_flight.join(30)
+        ask("after", "price?")
+    assert answers["first"]["tool_calls"][0]["status"] == "ok"
+    killed = answers["killed"]
+    assert killed["status"] == "ok" and killed["reply"] == "Great question, I will check for you."
+    assert killed["tool_calls"][0]["status"] == "error"
+    fault = next(t for t in traces if t.request_id == killed["trace_id"]).tool_calls[0]
+    assert fault.status == "error" and "shop" in fault.error, fault  # the trace names the dead server
+    assert answers["after"]["tool_calls"][0]["status"] == "ok"  # the pool started the server again
+
+
+# -- the latency bench and the CLI shells --------------------------------------------------------------
+def test_bench_latency_replays_simulator_traffic_and_writes_outputs(tmp_path):
+    import typer
+    from typer.testing import CliRunner
+
+    from hat.serve.bench import bench_app, bench_payloads
+
+    cli = typer.Typer()
+    cli.add_typer(bench_app, name="bench")  # as hat.cli.main registers it
+
+    payloads = bench_payloads(5, seed=3)
+    assert payloads == bench_payloads(5, seed=3) and all(p["room_id"] == "bench-3" for p in payloads)
+    app = create_app("livestream", ScriptedModel([PRICE_CALL, REPLY], loop=True), max_concurrency=2, max_queue=8)
+    with serving(app) as url:
+        args = ["bench", "latency", "--url", url, "--concurrency", "1,4", "--n", "8", "--warmup", "2", "--json"]
+        result = CliRunner().invoke(cli, [*args, "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert [row["concurrency"] for row in report["levels"]] == [1, 4]
+    for row in report["levels"]:
+        assert row["n"] == 8 and row["errors"] == 0 and row["under_15s"] == 1.0
+        assert 0 < row["wall_p50_s"] <= row["wall_p95_s"] and 0 < row["ttft_p95_s"] <= row["wall_p95_s"]
+        assert row["decode_tokens_per_s"] > 0 and row["tokens_method"] == ["words"]
+    assert report["server"]["model"] == "scripted"
+    assert json.loads((tmp_path / "latency.json").read_text())["levels"][0]["n"] == 8
+    if __import__("importlib").util.find_spec("matplotlib"):
+        assert (tmp_path / "latency_cdf.png").stat().st_size > 1000
+
+
+def test_serve_command_refuses_open_admin_on_a_public_host_and_bad_harness():
+    import typer
+    from typer.testing import CliRunner
+
+    from hat.serve.cli import serve_command
+
+    app = typer.Typer()
+    app.command()(serve_command)
+    app.command("other")(lambda: None)
+    public = CliRunner().invoke(app, ["serve-command", "--host", "0.0.0.0", "--model", "scripted:x"])
+    assert public.exit_code == 2 and "admin-token" in public.output
+    broken = CliRunner().invoke(app, ["serve-command", "--harness", "/no/such/harness", "--model", "oracle"])
+    assert broken.exit_code == 2 and "error" in broken.output
