@@ -35,7 +35,9 @@ REPLY = '<reply>{"reply": "Great pick! Let me know if you want the size chart."}
 
 
 def _serve(app: object) -> tuple[uvicorn.Server, threading.Thread, str]:
-    sock = socket.socket()
+    # proto=IPPROTO_TCP: asyncio enables TCP_NODELAY only for sockets whose proto says TCP; with
+    # proto 0 every keep-alive response would wait ~40 ms for a delayed ACK (Nagle).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))  # type: ignore[arg-type]
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)

@@ -44,8 +44,9 @@ SERVER = Path(__file__).parent / "fixtures" / "mcp_server.py"
 @contextlib.contextmanager
 def serving(app: Any) -> Iterator[str]:
     """Run ``app`` under uvicorn on a free loopback port; yields the base URL."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets whose proto is TCP, and a
+    # socket made with proto 0 would add a 40 ms delayed-ACK stall to every keep-alive response.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=5)

@@ -63,7 +63,7 @@ def eval_command(
     """Evaluate a model on a suite: per-dimension scores, overall score, per-intent breakdown, worst failures."""
     from hat.eval.external_suites import EXTERNAL_SUITES
     from hat.eval.report import write_report
-    from hat.eval.runner import run_cases
+    from hat.eval.runner import CaseResult, run_cases
     from hat.eval.suites import build_cases
 
     if suite in EXTERNAL_SUITES:
@@ -82,15 +82,34 @@ def eval_command(
         TimeElapsedColumn(),
     )
     command = "hat " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    partial = _partial_log(out_dir, suite, model)
     try:
         with Progress(*columns, console=err, transient=True) as progress:
             task = progress.add_task(f"{suite} · {model}", total=len(cases))
+
+            def on_case(case: CaseResult) -> None:
+                progress.advance(task)
+                if partial is not None:  # long runs (a CPU model: minutes per case) stay observable
+                    with open(partial, "a", encoding="utf-8") as fh:
+                        fh.write(
+                            json.dumps(
+                                {
+                                    "episode_id": case.episode_id,
+                                    "intent": case.intent,
+                                    "scores": case.scores,
+                                    "status": case.trace.status,
+                                    "latency_ms": case.trace.latency_ms,
+                                }
+                            )
+                            + "\n"
+                        )
+
             result = run_cases(
                 suite,
                 cases,
                 model,
                 seed=seed,
-                on_case=lambda _: progress.advance(task),
+                on_case=on_case,
                 options={"fault_rate": fault_rate, "harness": harness},
             )
     except HatError as exc:
@@ -111,6 +130,16 @@ def eval_command(
         )
     else:
         _print_summary(summary)
+
+
+def _partial_log(out_dir: Path | None, suite: str, model: str) -> Path | None:
+    """``<out>/<suite>_<model>.progress.jsonl``: one line per finished case, written as it finishes."""
+    if out_dir is None:
+        return None
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{suite}_{''.join(c if c.isalnum() or c in '-_.' else '_' for c in model)}.progress.jsonl"
+    path.write_text("", encoding="utf-8")
+    return path
 
 
 def _external(

