@@ -176,6 +176,16 @@ def test_k_samples_keep_distinct_rows_up_to_max_per_episode(tmp_path: Path) -> N
     assert limited["rows"] == len(rows) == 3
 
 
+def test_a_model_teacher_is_shared_sampled_k_times_and_deduplicated(tmp_path: Path) -> None:
+    output = '<think>Greeting.</think>\n<reply>{"reply": "Welcome to the stream!"}</reply>'
+    script = tmp_path / "teacher.jsonl"
+    script.write_text("\n".join(json.dumps(output) for _ in range(6)) + "\n")
+    spec = f"scripted:{script}"
+    stats, rows = _generate(tmp_path / "d", n_episodes=3, teacher=spec, k=2, temperature=0.7, thresholds={})
+    assert stats["samples"] == 6 and len(rows) == 3  # identical samples of an episode are kept once
+    assert all(r["teacher"] == spec and r["messages"][-1]["content"] == output for r in rows)
+
+
 # -- conversations --------------------------------------------------------------------------------
 def _run(episode_index: int, intent: str | None = None) -> tuple[Any, Any, list[dict[str, str]]]:
     config = DatagenConfig(n_episodes=40, seed=5)

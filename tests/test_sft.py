@@ -173,6 +173,24 @@ def test_encode_row_masks_everything_but_assistant_turns(real_dir: Path, tiny_di
         assert tokenizer.decode(kept) == _assistant_text(row)
 
 
+def _prompt_is_a_token_prefix(row: dict[str, Any], tokenizer: Any) -> None:
+    """What the runtime encodes before each assistant turn is a token prefix of the training row."""
+    ids = encode_row(row, tokenizer)["input_ids"]
+    for i, message in enumerate(row["messages"]):
+        if message["role"] == "assistant":
+            prompt = tokenizer.apply_chat_template(row["messages"][:i], tokenize=False, add_generation_prompt=True)
+            prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+            assert ids[: len(prompt_ids)] == prompt_ids
+
+
+def test_training_tokens_extend_the_inference_prompts(real_dir: Path, tiny_dir: Path) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_dir)
+    for row in load_rows(real_dir):
+        _prompt_is_a_token_prefix(row, tokenizer)
+
+
 def test_collated_labels_mask_system_user_and_tool_tokens(real_dir: Path, tiny_dir: Path, tmp_path: Path) -> None:
     rows = load_rows(real_dir)[:3]
     setup = build_trainer(_config(tmp_path / "o", tiny_dir), rows)
@@ -266,6 +284,7 @@ def test_smollm2_template_segments_and_masks_line_up(real_dir: Path) -> None:
         encoded = encode_row(row, tokenizer)
         kept = [t for t, m in zip(encoded["input_ids"], encoded["assistant_masks"], strict=True) if m]
         assert tokenizer.decode(kept) == _assistant_text(row)
+        _prompt_is_a_token_prefix(row, tokenizer)
 
 
 @pytest.mark.slow

@@ -20,6 +20,7 @@ from hat.cli.augment_cmd import augment_command
 from hat.cli.common import DEFAULT_HARNESS, DEFAULT_MODEL, build_agent
 from hat.cli.eval_cmd import eval_command, sim_app
 from hat.cli.harness_cmd import app as harness_app
+from hat.cli.train_cmd import datagen_command, train_app
 from hat.demo import demo_records, reply_record
 from hat.harness.runtime import Request
 from hat.harness.sinks import JSONLSink
@@ -33,6 +34,8 @@ app.add_typer(harness_app, name="harness")
 app.add_typer(sim_app, name="sim")
 app.command("eval")(eval_command)
 app.command("augment")(augment_command)
+app.command("datagen")(datagen_command)
+app.add_typer(train_app, name="train")
 err = Console(stderr=True)
 out = Console()
 

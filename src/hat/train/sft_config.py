@@ -13,14 +13,20 @@ Defaults that differ from TRL's, and why:
   deprecated alias that mirrors it): off (TRL: on). Compact models fit without it; it costs ~20 %.
 - ``learning_rate``: 2e-4, a LoRA rate (TRL: 2e-5, a full fine-tuning rate); pass a smaller one
   with ``use_lora=False``.
-- ``max_length``: the sequence length (CLI ``--max-seq-length``); longer rows are truncated at the
-  end by TRL (``truncation_mode="keep_start"``) and a row whose assistant tokens are all cut is
-  dropped.
+- ``max_length``: the sequence length (CLI ``--max-seq-length``), 2048 (TRL: 1024). Livestream rows
+  are long because the system prompt is (SmolLM2 tokens over 300 oracle rows: median 1336, max
+  1786; 95 % exceed 1024), and TRL truncates at the end (``truncation_mode="keep_start"``), which
+  would cut exactly the final reply. A row whose assistant tokens are all cut is dropped; the run
+  logs a warning and ``SFTResult.n_truncated`` counts truncated rows.
 - ``assistant_only_loss`` stays **False** on purpose: the rows are pre-tokenized by HAT with an
   ``assistant_masks`` column, which TRL folds into the labels (see :mod:`hat.train.sft`). TRL's own
   ``assistant_only_loss=True`` needs a conversational dataset and a chat template with
   ``{% generation %}`` markers, which SmolLM2's template lacks and TRL ships none for.
 - ``save_steps`` 50, ``save_total_limit`` 2, ``logging_steps`` 5, ``report_to`` none.
+
+``torch_threads``: measured on a 2-core CPU shared with other jobs (load ~4), one SmolLM2 LoRA step
+at 4 × 1024 tokens took 90–99 s with 1 thread and 163–165 s with 2 (OpenMP threads spin while the
+other core is busy); leave it unset on an idle or GPU machine.
 
 ``resume_from_checkpoint``: a checkpoint folder, or ``"latest"`` for the newest
 ``checkpoint-*`` in ``output_dir``.
@@ -71,12 +77,15 @@ class HatSFTConfig(SFTConfig):
     )
     fixed_harness: bool = field(default=False, metadata={"help": "Production-harness rows only (the baseline)."})
     max_examples: int | None = field(default=None, metadata={"help": "Exactly this many rows (seeded subsample)."})
+    torch_threads: int | None = field(
+        default=None, metadata={"help": "torch CPU threads (None: torch's default). 1 is faster on a busy CPU."}
+    )
 
     learning_rate: float = 2e-4
     bf16: bool | None = None  # type: ignore[assignment]  # None = resolve in __post_init__
     activation_checkpointing: bool = False
     gradient_checkpointing: bool = False  # deprecated alias (transformers 5); mirrors the field above
-    max_length: int | None = 1024
+    max_length: int | None = 2048
     per_device_train_batch_size: int = 4
     logging_steps: float = 5
     save_steps: float = 50
