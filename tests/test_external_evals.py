@@ -495,11 +495,32 @@ def test_eval_cli_external_suite_with_hsa_names(tmp_path):
     area, city = rename("geo.area"), rename("city.info")
     assert {area, city}.isdisjoint({"geo.area", "city.info"})
     script = tmp_path / "script.jsonl"
-    lines = [tc(area, width=3, height=4), tc(area, width=3, height=4), tc(city, city="Paris"),
-             tc(city, city="Paris") + tc(city, city="Rome"), tc(city, city="Rome"), REPLY, REPLY]
+    lines = [
+        tc(area, width=3, height=4),
+        tc(area, width=3, height=4),
+        tc(city, city="Paris"),
+        tc(city, city="Paris") + tc(city, city="Rome"),
+        tc(city, city="Rome"),
+        REPLY,
+        REPLY,
+    ]
     script.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
-    result = CliRunner().invoke(app, ["eval", "--suite", "bfcl", "--model", f"scripted:{script}", "--data", str(data),
-                                      "--hsa", "--json", "--out", str(tmp_path / "out")])
+    result = CliRunner().invoke(
+        app,
+        [
+            "eval",
+            "--suite",
+            "bfcl",
+            "--model",
+            f"scripted:{script}",
+            "--data",
+            str(data),
+            "--hsa",
+            "--json",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     assert summary["suite"] == "bfcl+hsa" and summary["n"] == 7

@@ -1,148 +1,39 @@
 """hat serve: the HTTP API with the scripted model and the shipped livestream harness.
 
 Most tests run a real uvicorn server on 127.0.0.1 (a free port, in a thread) because streaming,
-concurrency and timeouts are what is under test; a few use httpx's ASGI transport. Models that
-must hold a request in flight wait on a ``threading.Event`` the test releases.
+concurrency and timeouts are what is under test. Models that must hold a request in flight wait
+on a ``threading.Event`` the test releases (``serving.Gate``). Load, fault and CLI tests are in
+``test_serve_load.py``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import gc
-import json
-import shutil
-import socket
-import sys
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 pytest.importorskip("fastapi")
-uvicorn = pytest.importorskip("uvicorn")
+pytest.importorskip("uvicorn")
 
-from jsonschema import Draft202012Validator  # noqa: E402
-
-from hat.harness.loader import resolve_harness_path  # noqa: E402
-from hat.harness.trace import Trace  # noqa: E402
-from hat.models.scripted import ScriptedModel  # noqa: E402
-from hat.serve import create_app  # noqa: E402
-from hat.serve.streaming import partial_reply  # noqa: E402
-
-REPLY = '<think>a greeting</think><reply>{"reply": "Hello there, welcome to the stream!"}</reply>'
-OTHER = '<reply>{"reply": "Great question, I will check for you."}</reply>'
-PRICE_CALL = '<tool_call>{"name": "get_price", "arguments": {}}</tool_call>'
-SERVER = Path(__file__).parent / "fixtures" / "mcp_server.py"
-
-
-# -- helpers ---------------------------------------------------------------------------------------
-@contextlib.contextmanager
-def serving(app: Any) -> Iterator[str]:
-    """Run ``app`` under uvicorn on a free loopback port; yields the base URL."""
-    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets whose proto is TCP, and a
-    # socket made with proto 0 would add a 40 ms delayed-ACK stall to every keep-alive response.
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=5)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        sock.close()
-
-
-def harness_copy(tmp_path: Path, name: str = "h") -> Path:
-    dest = tmp_path / name
-    shutil.copytree(resolve_harness_path("livestream"), dest)
-    return dest
-
-
-def edit_role(folder: Path, extra: str) -> None:
-    role = folder / "prompts" / "role.md"
-    role.write_text(role.read_text(encoding="utf-8") + f"\n{extra}\n", encoding="utf-8")
-
-
-class Gate:
-    """A scripted model that blocks on comments containing ``slow`` until the test releases it.
-
-    The wait happens outside :class:`ScriptedModel` (which holds its lock while it asks a
-    callable), so other requests keep being answered while one is held.
-    """
-
-    name = "scripted"
-
-    def __init__(self, outputs: tuple[str, ...] = (REPLY,)) -> None:
-        self.release = threading.Event()
-        self.entered = threading.Event()
-        self.outputs = outputs
-        self.calls = 0
-        self._lock = threading.Lock()
-        self._inner = ScriptedModel(self._pick)
-
-    def _pick(self, messages: list[dict[str, str]]) -> str:
-        rounds = sum(1 for m in messages if m["role"] == "assistant")
-        return self.outputs[min(rounds, len(self.outputs) - 1)]
-
-    def _wait(self, messages: Any) -> None:
-        with self._lock:
-            self.calls += 1
-        user = next(m["content"] for m in messages if m["role"] == "user")
-        if "slow" in user:
-            self.entered.set()
-            assert self.release.wait(30), "the test never released the model"
-
-    def generate(self, messages: Any, config: Any = None, *, cache_key: str | None = None) -> Any:
-        self._wait(messages)
-        return self._inner.generate(messages, config, cache_key=cache_key)
-
-    def stream(self, messages: Any, config: Any = None, *, cache_key: str | None = None) -> Any:
-        self._wait(messages)
-        return self._inner.stream(messages, config, cache_key=cache_key)
-
-
-def sse_events(text: str) -> list[tuple[str, dict[str, Any]]]:
-    events = []
-    for block in text.strip().split("\n\n"):
-        lines = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
-        events.append((lines["event"], json.loads(lines["data"])))
-    return events
-
-
-def standing_text(events: list[tuple[str, dict[str, Any]]]) -> str:
-    """The invariant a TTS consumer relies on: deltas of rounds never retracted."""
-    retracted = {d["round"] for e, d in events if e == "retract"}
-    return "".join(d["text"] for e, d in events if e == "delta" and (d["round"] is None or d["round"] not in retracted))
-
-
-def schema_validator(openapi: dict[str, Any], name: str) -> Draft202012Validator:
-    return Draft202012Validator({"$ref": f"#/components/schemas/{name}", "components": openapi["components"]})
-
-
-def metric(text: str, line_prefix: str) -> float:
-    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(line_prefix)]
-    return sum(values)
-
-
-def rss_mb() -> float:
-    with open("/proc/self/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
+from hat.models.scripted import ScriptedModel
+from hat.serve import create_app
+from hat.serve.streaming import partial_reply
+from serving import (
+    OTHER,
+    PRICE_CALL,
+    REPLY,
+    Gate,
+    edit_role,
+    harness_copy,
+    metric,
+    schema_validator,
+    serving,
+    sse_events,
+    standing_text,
+)
 
 
 # -- replies -----------------------------------------------------------------------------------------
@@ -355,6 +246,54 @@ def test_504_on_timeout_and_the_worker_stops_at_its_next_model_call():
     assert ok.status_code == 200
 
 
+def _wait_idle(app: Any, timeout_s: float = 10) -> None:
+    deadline = time.monotonic() + timeout_s
+    while app.state.server.admission.running:
+        assert time.monotonic() < deadline, "the worker never finished"
+        time.sleep(0.01)
+
+
+def test_stream_deadline_becomes_an_error_event():
+    gate = Gate()
+    app = create_app("livestream", gate, request_timeout_s=0.5, max_concurrency=1)
+    with serving(app) as url:
+        r = httpx.post(f"{url}/v1/reply/stream", json={"room_id": "r", "comment": "slow"})
+        gate.release.set()
+        _wait_idle(app)
+    events = sse_events(r.text)
+    assert r.status_code == 200 and events[0][0] == "start"
+    assert events[-1][0] == "error" and events[-1][1]["error"]["code"] == "timeout"
+
+
+def test_client_leaving_a_stream_stops_the_worker_at_its_next_model_call():
+    gate = Gate(outputs=(PRICE_CALL, REPLY))
+    app = create_app("livestream", gate, max_concurrency=1)
+    with serving(app) as url:
+        with httpx.stream("POST", f"{url}/v1/reply/stream", json={"room_id": "r", "comment": "slow"}) as r:
+            lines = r.iter_lines()  # kept alive: dropping it would close the response (and cancel) now
+            first = next(lines)
+            assert gate.entered.wait(10)
+        gate.release.set()  # the client is gone; the first round returns a tool call
+        _wait_idle(app)
+    assert first == "event: start" and gate.calls == 1  # no second round was generated
+
+
+def test_a_crashing_model_gives_500_json_and_the_server_keeps_serving():
+    def crash(messages: list[dict[str, str]]) -> str:
+        if "crash" in messages[-1]["content"]:
+            raise RuntimeError("backend segfault simulation")
+        return REPLY
+
+    app = create_app("livestream", ScriptedModel(crash))
+    with serving(app) as url:
+        bad = httpx.post(f"{url}/v1/reply", json={"room_id": "r", "comment": "crash"})
+        streamed = sse_events(httpx.post(f"{url}/v1/reply/stream", json={"room_id": "r", "comment": "crash"}).text)
+        good = httpx.post(f"{url}/v1/reply", json={"room_id": "r", "comment": "hello"})
+    assert bad.status_code == 500 and bad.json()["error"]["code"] == "internal_error"
+    assert streamed[-1][0] == "error" and streamed[-1][1]["error"]["code"] == "internal_error"
+    assert good.status_code == 200 and app.state.server.admission.running == 0
+
+
 def test_413_422_400_and_hostile_input_give_json_errors():
     app = create_app(
         "livestream", ScriptedModel([REPLY], loop=True), max_body_bytes=4096, max_queue=2, max_concurrency=1
@@ -476,150 +415,3 @@ def test_metrics_are_exposed_and_count():
 
 
 # -- soak, reload under load, killed tool backend -----------------------------------------------------
-async def _soak_client(url: str, n: int, concurrency: int, reload_at: int, new_path: str) -> dict[str, Any]:
-    results: dict[str, Any] = {"codes": {}, "hashes": {}, "retries": 0, "reload": None}
-    counter = iter(range(n))
-    done = 0
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as client:
-
-        async def worker() -> None:
-            nonlocal done
-            for i in counter:
-                while True:
-                    r = await client.post("/v1/reply", json={"room_id": "soak", "comment": f"hi #{i}"})
-                    results["codes"][r.status_code] = results["codes"].get(r.status_code, 0) + 1
-                    if r.status_code != 429:
-                        break
-                    results["retries"] += 1
-                    await asyncio.sleep(0.05)
-                if r.status_code == 200:
-                    h = r.json()["harness"]["hash"]
-                    results["hashes"][h] = results["hashes"].get(h, 0) + 1
-                done += 1
-                if done == reload_at:
-                    results["reload"] = (await client.post("/v1/harness/reload", json={"path": new_path})).json()
-
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return results
-
-
-def test_soak_2000_requests_at_concurrency_16_with_a_reload(tmp_path):
-    first, second = harness_copy(tmp_path, "v1"), harness_copy(tmp_path, "v2")
-    edit_role(second, "Version two.")
-    app = create_app(first, ScriptedModel([REPLY], loop=True), max_concurrency=4, max_queue=32)
-    with serving(app) as url:
-        asyncio.run(_soak_client(url, 200, 16, 0, ""))  # warm-up: imports, pools, allocator
-        gc.collect()
-        rss_before = rss_mb()
-        t0 = time.perf_counter()
-        results = asyncio.run(_soak_client(url, 2000, 16, 1000, str(second)))
-        elapsed = time.perf_counter() - t0
-        gc.collect()
-        growth = rss_mb() - rss_before
-        health = httpx.get(f"{url}/health").json()
-    print(f"\nsoak: 2000 requests in {elapsed:.1f}s, RSS growth {growth:.1f} MB, codes {results['codes']}")
-    assert set(results["codes"]) <= {200, 429}, results["codes"]
-    assert results["codes"][200] == 2000  # every request got a reply, reload or not
-    assert results["reload"]["changed"] is True
-    assert set(results["hashes"]) == {results["reload"]["previous"]["hash"], results["reload"]["current"]["hash"]}
-    assert elapsed <= 60
-    assert growth < 40, f"RSS grew by {growth:.1f} MB"
-    assert (health["running"], health["queued"]) == (0, 0)
-
-
-def test_mcp_server_killed_mid_call_still_yields_a_reply_with_the_fault_in_the_trace(tmp_path):
-    pytest.importorskip("mcp")
-    psutil = pytest.importorskip("psutil")
-    folder = harness_copy(tmp_path)
-    yaml_path = folder / "harness.yaml"
-    server = f"mcp_servers:\n  shop: {{command: {json.dumps(sys.executable)}, args: [{json.dumps(str(SERVER))}]}}\n"
-    yaml_path.write_text(yaml_path.read_text(encoding="utf-8") + server, encoding="utf-8")
-    for name, binding, prop in (("remote_price", "get_price", "product_id"), ("remote_slow", "slow", "seconds")):
-        kind = "string" if prop == "product_id" else "number"
-        (folder / "tools" / f"{name}.yaml").write_text(
-            f"name: {name}\ndescription: Shop server tool.\nbinding: mcp:shop/{binding}\ntimeout_s: 20\n"
-            f"parameters: {{type: object, properties: {{{prop}: {{type: {kind}}}}}, required: [{prop}]}}\n",
-            encoding="utf-8",
-        )
-    price = '<tool_call>{"name": "remote_price", "arguments": {"product_id": "p-dress-01"}}</tool_call>'
-    slow = '<tool_call>{"name": "remote_slow", "arguments": {"seconds": 8}}</tool_call>'
-
-    def script(messages: list[dict[str, str]]) -> str:
-        if any(m["role"] == "assistant" for m in messages):
-            return OTHER
-        return slow if "slow" in messages[-1]["content"] else price
-
-    traces: list[Trace] = []
-
-    class Keep:
-        def emit(self, trace: Trace) -> None:
-            traces.append(trace)
-
-    app = create_app(folder, ScriptedModel(script), sinks=[Keep()])
-    answers: dict[str, Any] = {}
-    with serving(app) as url:
-
-        def ask(key: str, comment: str) -> None:
-            answers[key] = httpx.post(f"{url}/v1/reply", json={"room_id": "r", "comment": comment}, timeout=60).json()
-
-        ask("first", "price?")  # starts the MCP server
-        children = [p for p in psutil.Process().children(recursive=True) if str(SERVER) in " ".join(p.cmdline())]
-        assert len(children) == 1
-        in_flight = threading.Thread(target=ask, args=("killed", "slow one please"))
-        in_flight.start()
-        time.sleep(1.0)  # the slow call (8 s) is now running on the server
-        children[0].kill()
-        in_flight.join(30)
-        ask("after", "price?")
-    assert answers["first"]["tool_calls"][0]["status"] == "ok"
-    killed = answers["killed"]
-    assert killed["status"] == "ok" and killed["reply"] == "Great question, I will check for you."
-    assert killed["tool_calls"][0]["status"] == "error"
-    fault = next(t for t in traces if t.request_id == killed["trace_id"]).tool_calls[0]
-    assert fault.status == "error" and "shop" in fault.error, fault  # the trace names the dead server
-    assert answers["after"]["tool_calls"][0]["status"] == "ok"  # the pool started the server again
-
-
-# -- the latency bench and the CLI shells --------------------------------------------------------------
-def test_bench_latency_replays_simulator_traffic_and_writes_outputs(tmp_path):
-    import typer
-    from typer.testing import CliRunner
-
-    from hat.serve.bench import bench_app, bench_payloads
-
-    cli = typer.Typer()
-    cli.add_typer(bench_app, name="bench")  # as hat.cli.main registers it
-
-    payloads = bench_payloads(5, seed=3)
-    assert payloads == bench_payloads(5, seed=3) and all(p["room_id"] == "bench-3" for p in payloads)
-    app = create_app("livestream", ScriptedModel([PRICE_CALL, REPLY], loop=True), max_concurrency=2, max_queue=8)
-    with serving(app) as url:
-        args = ["bench", "latency", "--url", url, "--concurrency", "1,4", "--n", "8", "--warmup", "2", "--json"]
-        result = CliRunner().invoke(cli, [*args, "--out", str(tmp_path)])
-    assert result.exit_code == 0, result.output
-    report = json.loads(result.stdout.strip().splitlines()[-1])
-    assert [row["concurrency"] for row in report["levels"]] == [1, 4]
-    for row in report["levels"]:
-        assert row["n"] == 8 and row["errors"] == 0 and row["under_15s"] == 1.0
-        assert 0 < row["wall_p50_s"] <= row["wall_p95_s"] and 0 < row["ttft_p95_s"] <= row["wall_p95_s"]
-        assert row["decode_tokens_per_s"] > 0 and row["tokens_method"] == ["words"]
-    assert report["server"]["model"] == "scripted"
-    assert json.loads((tmp_path / "latency.json").read_text())["levels"][0]["n"] == 8
-    if __import__("importlib").util.find_spec("matplotlib"):
-        assert (tmp_path / "latency_cdf.png").stat().st_size > 1000
-
-
-def test_serve_command_refuses_open_admin_on_a_public_host_and_bad_harness():
-    import typer
-    from typer.testing import CliRunner
-
-    from hat.serve.cli import serve_command
-
-    app = typer.Typer()
-    app.command()(serve_command)
-    app.command("other")(lambda: None)
-    public = CliRunner().invoke(app, ["serve-command", "--host", "0.0.0.0", "--model", "scripted:x"])
-    assert public.exit_code == 2 and "admin-token" in public.output
-    broken = CliRunner().invoke(app, ["serve-command", "--harness", "/no/such/harness", "--model", "oracle"])
-    assert broken.exit_code == 2 and "error" in broken.output

@@ -24,6 +24,8 @@ from hat.cli.train_cmd import datagen_command, train_app
 from hat.demo import demo_records, reply_record
 from hat.harness.runtime import Request
 from hat.harness.sinks import JSONLSink
+from hat.serve.bench import bench_app
+from hat.serve.cli import serve_command
 
 app = typer.Typer(
     help="HAT: compact LLM agents that keep working while their harness evolves.",
@@ -36,6 +38,8 @@ app.command("eval")(eval_command)
 app.command("augment")(augment_command)
 app.command("datagen")(datagen_command)
 app.add_typer(train_app, name="train")
+app.command("serve")(serve_command)
+app.add_typer(bench_app, name="bench")
 err = Console(stderr=True)
 out = Console()
 

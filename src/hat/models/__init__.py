@@ -130,3 +130,5 @@ register_model_spec("smollm2", _smollm2, takes_argument=False)
 register_model_spec("hf", _hf, usage="hf:<path-or-hub-id>")
 register_model_spec("openai", _openai, usage="openai:<base_url>#<model>")
 register_model_spec("scripted", _scripted, usage="scripted:<file.jsonl>")
+
+from hat.models import llamacpp_backend as _llamacpp  # noqa: E402,F401  (registers the llamacpp: spec)

@@ -257,8 +257,11 @@ class _Server:
             channel.cancel.set()  # a no-op after a normal end; stops the worker when the client left
 
     def _timeout_body(self) -> dict[str, Any]:
-        error = self.timeout("stream", "while streaming")
-        return {"code": error.code, "message": error.message, "details": []}
+        self.metrics.reject("timeout")  # the HTTP answer was already 200; the error travels as an event
+        message = (
+            f"no reply within {self.timeout_s:g}s (while streaming); the request was cancelled at its next model call"
+        )
+        return {"code": "timeout", "message": message, "details": []}
 
     def _done_event(self, room_id: str, future: asyncio.Future[Any], channel: RequestChannel, queue_s: float) -> bytes:
         if future.exception() is not None:
@@ -374,12 +377,7 @@ def _install_error_handlers(app: FastAPI, server: _Server) -> None:
         return ApiError(500, f"internal error ({type(exc).__name__}); see the server log").response()
 
 
-def _install_routes(app: FastAPI, server: _Server, request_model: type[ReplyRequestBase]) -> None:
-    bearer = HTTPBearer(auto_error=False, description="Admin token (hat serve --admin-token / HAT_ADMIN_TOKEN).")
-
-    def admin(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:  # noqa: B008
-        server.check_admin(credentials)
-
+def _install_reply_routes(app: FastAPI, server: _Server, request_model: type[ReplyRequestBase]) -> None:
     @app.post("/v1/reply", response_model=ReplyResponse, responses=_ERRORS, tags=["reply"])
     async def reply(body: request_model) -> JSONResponse:  # type: ignore[valid-type]
         """Answer one or several viewer comments; the reply and how it came about."""
@@ -393,6 +391,13 @@ def _install_routes(app: FastAPI, server: _Server, request_model: type[ReplyRequ
     async def reply_stream(body: request_model) -> StreamingResponse:  # type: ignore[valid-type]
         """The same request as /v1/reply, answered as server-sent events while the model writes."""
         return await server.stream(body)
+
+
+def _install_ops_routes(app: FastAPI, server: _Server) -> None:
+    bearer = HTTPBearer(auto_error=False, description="Admin token (hat serve --admin-token / HAT_ADMIN_TOKEN).")
+
+    def admin(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:  # noqa: B008
+        server.check_admin(credentials)
 
     @app.get("/health", response_model=HealthResponse, tags=["ops"])
     async def health() -> dict[str, Any]:
@@ -431,6 +436,23 @@ def _install_routes(app: FastAPI, server: _Server, request_model: type[ReplyRequ
         return Response(content, media_type=media_type)
 
 
+def _build_server(
+    harness_ref: str | Path,
+    model: Model,
+    context_provider: ContextProvider | None,
+    sinks: Sequence[Sink],
+    settings: dict[str, Any],
+) -> _Server:
+    """One :class:`ServingModel` shared by every harness version's agent, and the holder."""
+    serving = ServingModel(model)
+
+    def build(harness: Harness) -> Agent:
+        return Agent(harness, serving, sinks=sinks, context_provider=context_provider)
+
+    holder = HarnessHolder(harness_ref, build)
+    return _Server(holder, serving, {**settings, "room_defaults": _default_room(context_provider)})
+
+
 def create_app(
     harness_ref: str | Path,
     model: Model,
@@ -452,20 +474,13 @@ def create_app(
     """
     if max_concurrency < 1 or max_queue < 0 or request_timeout_s <= 0 or max_body_bytes < 1:
         raise ValueError("max_concurrency >= 1, max_queue >= 0, request_timeout_s > 0 and max_body_bytes >= 1")
-    serving = ServingModel(model)
-
-    def build(harness: Harness) -> Agent:
-        return Agent(harness, serving, sinks=sinks, context_provider=context_provider)
-
-    holder = HarnessHolder(harness_ref, build)
     settings = {
         "max_concurrency": max_concurrency,
         "max_queue": max_queue,
         "request_timeout_s": request_timeout_s,
         "admin_token": admin_token or None,
-        "room_defaults": _default_room(context_provider),
     }
-    server = _Server(holder, serving, settings)
+    server = _build_server(harness_ref, model, context_provider, sinks, settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -480,6 +495,7 @@ def create_app(
     )
     app.state.server = server
     _install_error_handlers(app, server)
-    _install_routes(app, server, reply_request_model(limits or RequestLimits()))
+    _install_reply_routes(app, server, reply_request_model(limits or RequestLimits()))
+    _install_ops_routes(app, server)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes, on_reject=lambda: server.metrics.reject("too_large"))
     return app

@@ -7,7 +7,9 @@ load balancer, or point ``--model openai:...`` at an engine with parallel slots.
 
 The reload endpoint is open when no admin token is set; that is fine on 127.0.0.1 (the default
 host) and refused elsewhere unless ``--admin-token`` (or ``HAT_ADMIN_TOKEN``) is given or
-``--insecure-open-admin`` says the operator means it.
+``--insecure-open-admin`` says the operator means it. Treat the admin token as a code-execution
+privilege: a reloaded harness may bind Python tools and ship a ``hooks.py``, which run in this
+process.
 """
 
 from __future__ import annotations
