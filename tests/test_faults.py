@@ -12,7 +12,7 @@ import pytest
 from hat.env import livestream_tools as tools
 from hat.env.episode import Episode, FaultSpec, Gold, GoldCall
 from hat.env.faults import FAULT_KINDS, FaultInjector
-from hat.env.oracle import policy_model
+from hat.env.policies import policy_model
 from hat.env.sim import episode_request, run_episode
 from hat.harness.loader import load_harness
 from hat.harness.runtime import Agent

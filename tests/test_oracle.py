@@ -11,7 +11,7 @@ import pytest
 
 from hat.env.episode import Episode, FaultSpec, Gold, GoldCall
 from hat.env.faults import FaultInjector
-from hat.env.oracle import POLICIES, MemorisingPolicy, NoToolsPolicy, OracleModel, policy_model
+from hat.env.policies import POLICIES, MemorisingPolicy, NoToolsPolicy, OracleModel, policy_model
 from hat.env.sim import episode_request, run_episode, simulate
 from hat.errors import ModelSpecError
 from hat.harness.hooks import HookSpec

@@ -84,8 +84,8 @@ def run_episode(agent: Agent, episode: Episode) -> Trace:
 
 
 def simulate(episode: Episode, harness: Harness, policy: str = "oracle", *, seed: int = 0) -> Trace:
-    """Run one episode with a simulator policy (:data:`hat.env.oracle.POLICIES`) on ``harness``."""
-    from hat.env.oracle import policy_model
+    """Run one episode with a simulator policy (:data:`hat.env.policies.POLICIES`) on ``harness``."""
+    from hat.env.policies import policy_model
 
     agent = Agent(harness, policy_model(policy, episode, harness, seed=seed))
     try:

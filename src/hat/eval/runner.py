@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hat.env.oracle import POLICIES, policy_model
+from hat.env.policies import POLICIES, policy_model
 from hat.env.sim import run_episode
 from hat.eval.suites import Case
 from hat.harness.runtime import Agent

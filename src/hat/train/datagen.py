@@ -45,7 +45,7 @@ from typing import Any
 
 from hat.augment import Envelope, Variant, augment, load_envelope
 from hat.env.episode import Episode
-from hat.env.oracle import POLICIES, policy_model
+from hat.env.policies import POLICIES, policy_model
 from hat.env.sim import run_episode
 from hat.env.viewers import generate_episodes
 from hat.errors import HatError, MissingDependencyError

@@ -159,6 +159,6 @@ class DatagenConfig:
 
 
 def _is_policy(teacher: str) -> bool:
-    from hat.env.oracle import POLICIES
+    from hat.env.policies import POLICIES
 
     return teacher in POLICIES
