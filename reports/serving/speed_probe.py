@@ -30,19 +30,21 @@ def bandwidth_gbs() -> float:
     return best
 
 
-def prompt_messages() -> list[dict[str, str]]:
+def prompt_messages(nonce: str = "") -> list[dict[str, str]]:
+    """The default harness's real system prompt (~830 tokens). ``nonce`` goes first, so no backend
+    can serve the prompt from a cached prefix: prefill is really measured."""
     harness = load_harness("livestream")
     req = livestream_context(Request.of("is the blue one in stock in M?"))
     text = render_prompt(harness, template_context(harness, req.room, req.product, list(req.faq))).text
-    return [{"role": "system", "content": text}, {"role": "user", "content": "Viewer comment: is the blue one in stock?"}]
+    system = f"[{nonce}] {text}" if nonce else text
+    return [{"role": "system", "content": system}, {"role": "user", "content": "Viewer comment: is the blue one in stock?"}]
 
 
 def probe(spec: str, weight_bytes: int) -> dict[str, float | str]:
     model = load_model(spec)
-    msgs = prompt_messages()
-    model.generate(msgs, GenerationConfig(max_new_tokens=4))  # warm-up
-    one = model.generate(msgs, GenerationConfig(max_new_tokens=1))  # ≈ prefill
-    many = model.generate(msgs, GenerationConfig(max_new_tokens=65))
+    model.generate(prompt_messages("warm-up"), GenerationConfig(max_new_tokens=4))
+    one = model.generate(prompt_messages("run 1"), GenerationConfig(max_new_tokens=1))  # ≈ prefill
+    many = model.generate(prompt_messages("run 2"), GenerationConfig(max_new_tokens=65))
     decode_s = max(1e-6, many.latency_s - one.latency_s)
     decode_tps = (many.completion_tokens - 1) / decode_s
     return {"spec": spec, "prompt_tokens": one.prompt_tokens, "prefill_tokens_per_s": one.prompt_tokens / one.latency_s,
