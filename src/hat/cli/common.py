@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, ProgressColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from hat.errors import HarnessError, HatError
 from hat.harness.loader import load_harness
@@ -16,6 +17,12 @@ from hat.models import load_model
 from hat.models.base import Model
 
 err = Console(stderr=True)
+
+
+def progress_columns() -> tuple[ProgressColumn, ...]:
+    """The one progress-bar layout of every long-running command."""
+    return (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+
 
 DEFAULT_MODEL = "smollm2"
 DEFAULT_HARNESS = "livestream"

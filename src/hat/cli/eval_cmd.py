@@ -9,9 +9,10 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 from rich.table import Table
 
+from hat.cli.common import progress_columns
 from hat.errors import HatError
 
 sim_app = typer.Typer(help="The simulated live room.", no_args_is_help=True)
@@ -74,13 +75,7 @@ def eval_command(
     except (KeyError, HatError) as exc:
         err.print(f"error: {exc.args[0] if isinstance(exc, KeyError) else exc}", markup=False)
         raise typer.Exit(2) from exc
-    columns = (
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-    )
+    columns = progress_columns()
     command = "hat " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     partial = _partial_log(out_dir, suite, model)
     try:
@@ -154,13 +149,7 @@ def _external(
 ) -> None:
     from hat.eval.external_suites import run_external
 
-    columns = (
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-    )
+    columns = progress_columns()
     command = "hat " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     try:
         with Progress(*columns, console=err, transient=True) as progress:

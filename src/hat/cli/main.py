@@ -7,17 +7,10 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
+from rich.progress import Progress
 
 from hat.cli.augment_cmd import augment_command
-from hat.cli.common import DEFAULT_HARNESS, DEFAULT_MODEL, build_agent
+from hat.cli.common import DEFAULT_HARNESS, DEFAULT_MODEL, build_agent, progress_columns
 from hat.cli.eval_cmd import eval_command, sim_app
 from hat.cli.harness_cmd import app as harness_app
 from hat.cli.train_cmd import datagen_command, train_app
@@ -96,13 +89,7 @@ def demo(
 
     agent = build_agent(harness, model, sinks=[JSONLSink(trace_out)] if trace_out else [])
     stream = demo_stream(comments, seed)
-    columns = (
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-    )
+    columns = progress_columns()
     with Progress(*columns, console=err if as_json else out, transient=True) as progress:
         task = progress.add_task("live session", total=len(stream))
         for record in demo_records(agent, stream):

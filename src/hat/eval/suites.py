@@ -70,15 +70,22 @@ def _episodes(n: int, seed: int, mode: str = "single", fault_rate: float = 0.0) 
     return generate_episodes(n, seed, mode=mode, fault_rate=fault_rate)
 
 
+def _variants(
+    suite: str, n: int, seed: int, harness: str, envelope: str, mode: str, fault_rate: float
+) -> Iterator[tuple[Episode, Any]]:
+    """T1's episodes, each under its own held-out HSA variant (seeded by suite, seed and index)."""
+    from hat.augment import augment, load_envelope
+
+    production, env = load_harness(harness), load_envelope(envelope)
+    for i, episode in enumerate(_episodes(n, seed, mode, fault_rate)):
+        yield episode, augment(production, f"{suite}:{seed}:{i}", env, split="heldout")
+
+
 @register_suite("t2", "Harness-Variant QA: T1's requests under held-out HSA variants (every family)")
 def _t2(
     n: int, seed: int, harness: str = "livestream", mode: str = "single", fault_rate: float = 0.0
 ) -> Iterator[Case]:
-    from hat.augment import augment, load_envelope
-
-    production, envelope = load_harness(harness), load_envelope("default")
-    for i, episode in enumerate(_episodes(n, seed, mode, fault_rate)):
-        variant = augment(production, f"t2:{seed}:{i}", envelope, split="heldout")
+    for episode, variant in _variants("t2", n, seed, harness, "default", mode, fault_rate):
         yield Case(episode, variant.harness, "+".join(variant.applied))
 
 
@@ -86,11 +93,8 @@ def _t2(
 def _t3_tool(
     n: int, seed: int, harness: str = "livestream", mode: str = "single", fault_rate: float = 0.2
 ) -> Iterator[Case]:
-    from hat.augment import augment, load_envelope
-
-    production, envelope = load_harness(harness), load_envelope("tools")
-    for i, episode in enumerate(_episodes(n, seed, mode, fault_rate or 0.2)):
-        variant = augment(production, f"t3-tool:{seed}:{i}", envelope, split="heldout")
+    """Tool faults are part of this suite: a fault rate of 0 means the suite's 20 %."""
+    for episode, variant in _variants("t3-tool", n, seed, harness, "tools", mode, fault_rate or 0.2):
         yield Case(episode, variant.harness, "+".join(variant.applied))
 
 
@@ -100,11 +104,8 @@ def _t3_prompt(
 ) -> Iterator[Case]:
     import random
 
-    from hat.augment import augment, load_envelope
     from hat.augment.rules import add_rules
 
-    production, envelope = load_harness(harness), load_envelope("prompt")
-    for i, episode in enumerate(_episodes(n, seed, mode, fault_rate)):
-        variant = augment(production, f"t3-prompt:{seed}:{i}", envelope, split="heldout")
+    for i, (episode, variant) in enumerate(_variants("t3-prompt", n, seed, harness, "prompt", mode, fault_rate)):
         edited, rule_ids = add_rules(variant.harness, random.Random(f"t3-prompt-rules:{seed}:{i}"), split="heldout")
         yield Case(episode, edited, "+".join([*variant.applied, *rule_ids]))
