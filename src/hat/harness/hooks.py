@@ -20,6 +20,7 @@ so HSA can vary the feedback message structure.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import json
@@ -34,7 +35,7 @@ from typing import Any, ClassVar
 
 from jsonschema import Draft202012Validator
 
-from hat.harness.state import Harness, HookSpec
+from hat.harness.state import Harness, HookSpec, canonical_json
 
 __all__ = [
     "BUILTIN_HOOKS",
@@ -162,13 +163,19 @@ class InputGuardHook(Hook):
         return None
 
 
+@functools.lru_cache(maxsize=64)
+def _validator(schema_json: str) -> Draft202012Validator:
+    """One compiled validator per reply schema (checked on every stop check)."""
+    return Draft202012Validator(json.loads(schema_json))
+
+
 class ReplySchemaHook(Hook):
     """The reply payload must match ``output.reply_schema``."""
 
     name = "reply_schema"
 
     def stop_check(self, ctx: HookContext, reply: dict[str, Any]) -> Verdict | None:
-        validator = Draft202012Validator(dict(ctx.harness.output.reply_schema))
+        validator = _validator(canonical_json(dict(ctx.harness.output.reply_schema)))
         errors = sorted(validator.iter_errors(reply), key=lambda e: list(e.path))
         if not errors:
             return None

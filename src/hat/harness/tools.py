@@ -128,6 +128,8 @@ class ToolRegistry:
         for spec in harness.tools:
             if spec.binding.startswith("python:"):
                 self._python[spec.name] = _import_python(spec.binding)
+        # inspect.signature is slow; whether a binding takes ``context`` is fixed per harness version
+        self._takes_context = {name: _accepts_context(fn) for name, fn in self._python.items()}
         self._mcp_pool = mcp_pool
         self._owns_pool = False
         self._validators = {n: Draft202012Validator(dict(s.parameters)) for n, s in self.specs.items()}
@@ -161,7 +163,7 @@ class ToolRegistry:
                 raise RuntimeError(res.text or "the MCP tool reported an error")
             return res.content
         fn = self._python[spec.name]
-        kwargs = {**arguments, "context": context} if _accepts_context(fn) else dict(arguments)
+        kwargs = {**arguments, "context": context} if self._takes_context[spec.name] else dict(arguments)
         future = self._executor.submit(fn, **kwargs)
         return future.result(timeout=timeout)
 
