@@ -221,6 +221,8 @@ def test_lora_sft_lowers_the_loss_and_saves_a_loadable_adapter(tiny_dir: Path, t
     assert changed and all("proj" in k for k in changed)  # only LoRA-targeted linear layers moved
     saved = HatSFTConfig.from_yaml(out / "sft_config.yaml")
     assert saved.max_steps == 8 and saved.use_lora
+    logged = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    assert [h["loss"] for h in logged if "loss" in h] == pytest.approx(callback.losses)
 
 
 def test_full_sft_changes_every_trained_parameter(tiny_dir: Path, tmp_path: Path) -> None:

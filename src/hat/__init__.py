@@ -3,7 +3,7 @@
 Public API (everything else is internal and may change)::
 
     from hat import load_harness, Agent, Request, load_model
-    agent = Agent(load_harness("livestream"), load_model("smollm2"))
+    agent = Agent(load_harness("livestream"), load_model("smollm2-hat"))  # or "smollm2", the base model
     print(agent.respond("how much is the dress?").reply)
 """
 

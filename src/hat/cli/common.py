@@ -24,7 +24,7 @@ def progress_columns() -> tuple[ProgressColumn, ...]:
     return (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
 
 
-DEFAULT_MODEL = "smollm2"
+DEFAULT_MODEL = "smollm2-hat"
 DEFAULT_HARNESS = "livestream"
 
 

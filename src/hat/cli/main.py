@@ -36,7 +36,10 @@ app.add_typer(bench_app, name="bench")
 err = Console(stderr=True)
 out = Console()
 
-MODEL_HELP = "Model spec: smollm2 | hf:<path> | openai:<base_url>#<model> | scripted:<file.jsonl>"
+MODEL_HELP = (
+    "Model spec: smollm2-hat (SmolLM2 + HAT's HSA-SFT adapter) | smollm2 (base) | llamacpp:smollm2-hat | "
+    "hf:<path> | openai:<base_url>#<model> | scripted:<file.jsonl>"
+)
 
 
 @app.command()

@@ -174,3 +174,21 @@ def _sft_config(path: Path | None, overrides: dict[str, Any]) -> Any:
     if not config.data or ("output_dir" not in given and path is None):
         raise HatError("give --data DIR and --out DIR (or data/output_dir in --config)")
     return config
+
+
+@train_app.command("export")
+def export_command(
+    src: Path = typer.Argument(..., help="A `hat train sft --lora` output folder."),
+    dst: Path = typer.Argument(..., help="Folder to write (adapter, configs, loss log, model card)."),
+    dtype: str = typer.Option("float16", help="Weight dtype: float16 | bfloat16 | float32."),
+    notes: Path | None = typer.Option(None, help="Markdown file appended to the model card (measured results)."),
+) -> None:
+    """Export a LoRA adapter for shipping: weights in fp16, configs, loss log and a model card."""
+    from hat.train.export import export_adapter
+
+    try:
+        folder = export_adapter(src, dst, dtype=dtype, card_notes=notes.read_text(encoding="utf-8") if notes else "")
+    except (HatError, OSError) as exc:
+        raise _fail(exc) from exc
+    size = (folder / "adapter_model.safetensors").stat().st_size / 1e6
+    err.print(f"exported {src} → {folder} ({size:.1f} MB); load with --model hf:{folder}")

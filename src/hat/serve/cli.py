@@ -42,7 +42,9 @@ def _load(model: str) -> object:
 
 def serve_command(
     harness: str = typer.Option("livestream", help="Harness folder or built-in name."),
-    model: str = typer.Option("smollm2", help="Model spec: smollm2 | llamacpp:smollm2 | hf:… | openai:… | scripted:…"),
+    model: str = typer.Option(
+        "smollm2-hat", help="Model spec: smollm2-hat | llamacpp:smollm2-hat | smollm2 | hf:… | openai:… | scripted:…"
+    ),
     host: str = typer.Option("127.0.0.1", help="Interface to bind."),
     port: int = typer.Option(8000, min=0, max=65535, help="TCP port."),
     max_concurrency: int = typer.Option(4, min=1, help="Requests running at once (worker threads)."),

@@ -253,7 +253,8 @@ def train_sft(
     config: HatSFTConfig, rows: Sequence[dict[str, Any]] | None = None, *, callbacks: Sequence[Any] = ()
 ) -> SFTResult:
     """Train, save the final model/adapter + tokenizer to ``output_dir`` with the resolved config
-    (``sft_config.yaml``) and the result (``sft_result.json``); return the result."""
+    (``sft_config.yaml``), the trainer state with the loss log (``trainer_state.json``) and the result
+    (``sft_result.json``); return the result."""
     if not config.output_dir:
         raise HatError("HatSFTConfig.output_dir is required")
     start = time.perf_counter()
@@ -268,6 +269,7 @@ def train_sft(
     config.save_yaml(out / CONFIG_FILE)
     output = setup.trainer.train(resume_from_checkpoint=resume)
     setup.trainer.save_model(str(out))
+    setup.trainer.save_state()  # trainer_state.json: the loss log (log_history) beside the model
     setup.trainer.processing_class.save_pretrained(str(out))
     _fix_adapter_base(out, setup.base_ref)
     result = SFTResult(

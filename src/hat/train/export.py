@@ -1,0 +1,83 @@
+"""Export a trained PEFT adapter as a small, self-describing folder (what ``smollm2-hat`` ships as).
+
+``hat train sft`` leaves an output folder with checkpoints, optimizer state and float32 weights.
+What a user loads needs much less: ``adapter_config.json`` (base ``smollm2`` or a path),
+``adapter_model.safetensors`` (cast to float16 by default: half the size, and PEFT casts back
+into the base model's dtype when it loads), the resolved training config and result, the loss log,
+and a model card (``README.md``, Hugging Face style front matter) naming the data and the
+training run. Evaluation figures are not invented here; pass ``card_notes`` with measured ones.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from hat.errors import HatError
+
+__all__ = ["export_adapter"]
+
+_KEEP = ("adapter_config.json", "sft_config.yaml", "sft_result.json", "trainer_state.json")
+_DTYPES = ("float16", "bfloat16", "float32")
+
+
+def export_adapter(src: str | Path, dst: str | Path, *, dtype: str = "float16", card_notes: str = "") -> Path:
+    """Copy the adapter in ``src`` (a ``hat train sft --lora`` output) to ``dst`` with weights in
+    ``dtype``; replaces ``dst``'s files, keeps nothing else from ``src``."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    src, dst = Path(src), Path(dst)
+    if not (src / "adapter_config.json").is_file() or not (src / "adapter_model.safetensors").is_file():
+        raise HatError(f"{src} is not a PEFT adapter folder (train with --lora; full fine-tunes are not exported)")
+    if dtype not in _DTYPES:
+        raise HatError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
+    dst.mkdir(parents=True, exist_ok=True)
+    for name in _KEEP:
+        if (src / name).is_file():
+            shutil.copyfile(src / name, dst / name)
+    weights = load_file(src / "adapter_model.safetensors")
+    weights = {k: v.to(getattr(torch, dtype)).contiguous() for k, v in weights.items()}
+    save_file(weights, dst / "adapter_model.safetensors", metadata={"format": "pt"})
+    (dst / "README.md").write_text(_card(src, dst, dtype, card_notes), encoding="utf-8")
+    return dst
+
+
+def _card(src: Path, dst: Path, dtype: str, notes: str) -> str:
+    config = json.loads((src / "adapter_config.json").read_text(encoding="utf-8"))
+    result_file = src / "sft_result.json"
+    result = json.loads(result_file.read_text(encoding="utf-8")) if result_file.is_file() else {}
+    base = config.get("base_model_name_or_path", "?")
+    modules = config.get("target_modules") or []
+    lines = [
+        "---",
+        "library_name: peft",
+        "base_model: HuggingFaceTB/SmolLM2-135M-Instruct" if base == "smollm2" else f"base_model: {base}",
+        "tags: [hat, lora, sft, trl]",
+        "---",
+        "",
+        f"# {dst.name}",
+        "",
+        f"A LoRA adapter (r = {config.get('r')}, alpha = {config.get('lora_alpha')}, modules: "
+        f"{', '.join(sorted(modules)) if isinstance(modules, list) else modules}) for "
+        + ("the bundled SmolLM2-135M-Instruct (`smollm2`)" if base == "smollm2" else f"`{base}`")
+        + f", trained with `hat train sft`; weights stored as {dtype}.",
+        "",
+    ]
+    if result:
+        lines += [
+            f"Training: {result.get('n_examples')} rows, {result.get('global_step')} optimizer steps, "
+            f"final mean training loss {result.get('train_loss', 0):.3f}, {result.get('wall_s')} s "
+            f"(examples hash `{str(result.get('examples_hash', ''))[:16]}`). The full resolved config is in "
+            "`sft_config.yaml`, the loss log in `trainer_state.json`.",
+            "",
+        ]
+    lines += [
+        "Load it with `hat run --model hf:<this folder>` (transformers + PEFT, merged) or, with llama.cpp, "
+        "`--model 'llamacpp:smollm2?lora=<this folder>'` (converted to a GGUF LoRA once).",
+        "",
+    ]
+    if notes:
+        lines += [notes.strip(), ""]
+    return "\n".join(lines)
