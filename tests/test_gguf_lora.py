@@ -169,7 +169,8 @@ def test_export_casts_weights_and_writes_a_model_card(adapter: Path, tmp_path: P
     assert set(after) == set(before) and all(t.dtype == torch.float16 for t in after.values())
     assert all(torch.allclose(after[k].float(), before[k], rtol=1e-3, atol=1e-4) for k in before)
     card = (out / "README.md").read_text()
-    assert card.startswith("---\nlibrary_name: peft") and "r = 4, alpha = 8" in card and "Measured: nothing yet." in card
+    assert card.startswith("---\nlibrary_name: peft") and "r = 4, alpha = 8" in card
+    assert "Measured: nothing yet." in card
     # the fp16 copy still converts for llama.cpp
     convert_peft_lora_to_gguf(out, _base_gguf(tmp_path / "base.gguf"), tmp_path / "a.gguf")
     with pytest.raises(HatError, match="not a PEFT adapter folder"):

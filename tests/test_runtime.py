@@ -184,3 +184,30 @@ def test_model_failure_gives_fallback(mini_harness_dir):
     agent = agent_for(mini_harness_dir, [])  # exhausted at once → ModelError
     resp = agent.respond("hi")
     assert resp.status == "error" and resp.reply == "One moment please!"
+
+
+def test_trace_with_an_unserialisable_tool_result_still_serialises(mini_harness_dir):
+    """A tool result holding a lock (once: a decoy tool echoing the runtime's ToolContext) must not
+    make the trace unwritable; the odd value becomes its repr."""
+    import dataclasses
+    import threading
+
+    from hat.harness.trace import Trace
+
+    t = agent_for(mini_harness_dir, [tool("get_price", product="p-1"), REPLY]).respond(Request.of("how much?")).trace
+    first = t.rounds[0]
+    record = dataclasses.replace(first.tool_calls[0], result={"lock": threading.Lock(), "n": 1, "ids": (1, 2)})
+    odd = dataclasses.replace(t, rounds=(dataclasses.replace(first, tool_calls=(record,)), *t.rounds[1:]))
+    data = odd.to_dict()
+    result = json.loads(json.dumps(data))["rounds"][0]["tool_calls"][0]["result"]
+    assert result["n"] == 1 and result["ids"] == [1, 2] and "lock" in result["lock"]
+    as_json = json.loads(json.dumps(t.to_dict()))
+    assert json.loads(json.dumps(Trace.from_dict(as_json).to_dict())) == as_json  # round trip unchanged
+
+
+def test_decoy_tool_never_echoes_the_runtime_context():
+    from hat.augment.decoys import decoy_tool
+    from hat.harness.tools import ToolContext
+
+    out = decoy_tool(context=ToolContext(), product="p-1")
+    assert out["arguments"] == {"product": "p-1"}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -124,7 +124,10 @@ class Trace:
         return messages
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Plain data (dicts, lists/tuples, JSON scalars). A value that is none of these — a tool
+        result holding a lock, a client, a numpy scalar — becomes its ``repr`` instead of making
+        the whole trace unserialisable (``dataclasses.asdict`` would deep-copy and raise)."""
+        return _plain(self)  # type: ignore[no-any-return]
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Trace:
@@ -182,3 +185,17 @@ def write_traces(path: str | Path, traces: Iterable[Trace], append: bool = True)
 def read_traces(path: str | Path) -> list[Trace]:
     with open(path, encoding="utf-8") as fh:
         return [Trace.from_dict(json.loads(line)) for line in fh if line.strip()]
+
+
+def _plain(value: Any) -> Any:
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, dict):
+        return {k if isinstance(k, str) else str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_plain(v) for v in value)
+    if isinstance(value, (list, set, frozenset)):
+        return [_plain(v) for v in value]
+    return repr(value)
