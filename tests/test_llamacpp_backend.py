@@ -119,3 +119,13 @@ def test_served_stream_counts_reply_tokens_with_the_tokenizer(model):
     assert events[-1][0] == "event: done", text[-500:]
     assert done["model"] == "llamacpp:smollm2?threads=1&n_ctx=2048"
     assert done["stream"]["reply_tokens_method"] == "tokenizer" and done["stream"]["reply_tokens"] > 0
+
+
+@needs_llama
+def test_default_context_is_the_models_training_context(model):
+    assert model.llm.n_ctx() == 2048  # an explicit n_ctx is kept
+    default = load_model("llamacpp:smollm2?threads=1")
+    try:
+        assert default.llm.n_ctx() == 8192  # SmolLM2's training context, not a fixed 4096
+    finally:
+        default.close()

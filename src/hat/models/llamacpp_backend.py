@@ -38,6 +38,10 @@ Design decisions:
   waiting; on a CPU shared with other busy processes that spinning collapses throughput (measured
   here: 10 tok/s with 2 threads vs 53 tok/s with ``threads=1`` while two other jobs ran), so on a
   shared box pass ``?threads=1`` or set ``OMP_WAIT_POLICY=PASSIVE``.
+- **Context window.** ``n_ctx`` defaults to 0, llama.cpp's "the model's training context" (8,192 for
+  SmolLM2), like the transformers backend, which has no separate limit. A fixed 4,096 window made
+  long multi-round requests (large tool results, many skills) fail with "failed to find a memory
+  slot" where transformers answered.
 - **Thread safety.** One lock per model; a llama.cpp context runs one sequence at a time, so
   concurrent requests are served one generation after another (use several processes or an
   OpenAI-compatible server with parallel slots for more).
@@ -147,7 +151,7 @@ class LlamaCppModel:
         path: str | os.PathLike[str],
         *,
         name: str | None = None,
-        n_ctx: int = 4096,
+        n_ctx: int = 0,
         threads: int | None = None,
         lora: str | os.PathLike[str] | None = None,
         lora_scale: float = 1.0,
