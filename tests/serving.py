@@ -81,6 +81,7 @@ class Gate:
         self.entered = threading.Event()
         self.outputs = outputs
         self.calls = 0
+        self.channel: Any = None  # the serving request channel of the last call (set in the worker)
         self._lock = threading.Lock()
         self._inner = ScriptedModel(self._pick)
 
@@ -89,8 +90,11 @@ class Gate:
         return self.outputs[min(rounds, len(self.outputs) - 1)]
 
     def _wait(self, messages: Any) -> None:
+        from hat.serve.streaming import _ACTIVE
+
         with self._lock:
             self.calls += 1
+            self.channel = _ACTIVE.get()
         user = next(m["content"] for m in messages if m["role"] == "user")
         if "slow" in user:
             self.entered.set()

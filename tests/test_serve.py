@@ -273,7 +273,13 @@ def test_client_leaving_a_stream_stops_the_worker_at_its_next_model_call():
             lines = r.iter_lines()  # kept alive: dropping it would close the response (and cancel) now
             first = next(lines)
             assert gate.entered.wait(10)
-        gate.release.set()  # the client is gone; the first round returns a tool call
+        # the client is gone; once the server has noticed (asynchronously), let the first round
+        # return its tool call: the worker must stop before a second model call
+        deadline = time.monotonic() + 10
+        while not gate.channel.cancel.is_set():
+            assert time.monotonic() < deadline, "the server never noticed the client leaving"
+            time.sleep(0.01)
+        gate.release.set()
         _wait_idle(app)
     assert first == "event: start" and gate.calls == 1  # no second round was generated
 
