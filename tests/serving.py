@@ -22,6 +22,7 @@ from jsonschema import Draft202012Validator
 
 from hat.harness.loader import resolve_harness_path
 from hat.models.scripted import ScriptedModel
+from hat.serve.streaming import _ACTIVE
 
 REPLY = '<think>a greeting</think><reply>{"reply": "Hello there, welcome to the stream!"}</reply>'
 OTHER = '<reply>{"reply": "Great question, I will check for you."}</reply>'
@@ -90,8 +91,6 @@ class Gate:
         return self.outputs[min(rounds, len(self.outputs) - 1)]
 
     def _wait(self, messages: Any) -> None:
-        from hat.serve.streaming import _ACTIVE
-
         with self._lock:
             self.calls += 1
             self.channel = _ACTIVE.get()

@@ -19,7 +19,7 @@ wait
 
 # 3. the same suites, n and seeds for every model (llama.cpp backend; a PEFT folder as lora= is
 #    converted to a GGUF LoRA once)
-reports/stage1/eval.sh "llamacpp:smollm2?threads=1"
+reports/stage1/eval.sh "llamacpp:smollm2?threads=1"          # all five suites; add suite:n args to re-run some
 reports/stage1/eval.sh "llamacpp:smollm2?threads=1&lora=runs/stage1/sft-fixed" &
 reports/stage1/eval.sh "llamacpp:smollm2?threads=1&lora=runs/stage1/sft-hsa" &
 wait

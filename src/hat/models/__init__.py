@@ -111,13 +111,10 @@ def _smollm2(argument: str, **kw: Any) -> Model:
     return TransformersModel.smollm2(**kw)
 
 
-SHIPPED_ADAPTERS = {"smollm2-hat": "smollm2-hat"}
-"""Spec name → folder under ``hat/models/adapters`` of the PEFT adapters that ship with HAT."""
-
-
 def shipped_adapter(name: str) -> Path:
-    """The folder of a shipped adapter (``smollm2-hat``); a clear error when it is not installed."""
-    folder = Path(__file__).parent / "adapters" / SHIPPED_ADAPTERS.get(name, name)
+    """The folder ``hat/models/adapters/<name>`` of a PEFT adapter that ships with HAT
+    (``smollm2-hat``); a clear error when it is not installed."""
+    folder = Path(__file__).parent / "adapters" / name
     if not (folder / "adapter_config.json").is_file():
         raise ModelSpecError(
             f"the shipped adapter {name!r} is not in this installation ({folder}); reinstall HAT "

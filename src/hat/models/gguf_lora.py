@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -122,8 +123,6 @@ def gguf_lora_for(adapter_dir: str | Path, base_gguf: str | Path, cache_dir: str
     """The GGUF LoRA of ``adapter_dir``, converted once into a cache keyed by the adapter's bytes.
 
     Default cache: ``$HAT_CACHE`` or ``~/.cache/hat`` / ``gguf-lora``."""
-    import os
-
     adapter_dir = Path(adapter_dir)
     digest = hashlib.sha256()
     for name in ("adapter_config.json", "adapter_model.safetensors"):

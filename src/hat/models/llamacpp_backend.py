@@ -66,8 +66,9 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from hat.errors import MissingDependencyError, ModelError, ModelSpecError
-from hat.models import register_model_spec
+from hat.models import register_model_spec, shipped_adapter
 from hat.models.base import Generation, GenerationConfig, Message
+from hat.models.gguf_lora import gguf_lora_for
 from hat.models.scripted import cut_stream_at_stop, truncate_at_stop
 from hat.models.transformers_backend import smollm2_gguf_path
 
@@ -187,14 +188,11 @@ class LlamaCppModel:
         """Build from the part of a spec after ``llamacpp:`` (see the module docstring)."""
         ref, options = parse_llamacpp_spec(argument)
         path = smollm2_gguf_path() if ref in ("smollm2", "smollm2-hat") else Path(ref).expanduser()
-        from hat.models.gguf_lora import gguf_lora_for
-
-        if ref == "smollm2-hat" and "lora" not in options:
-            from hat.models import shipped_adapter
-
-            options["lora"] = str(gguf_lora_for(shipped_adapter("smollm2-hat"), path))
-        elif "lora" in options and Path(options["lora"]).expanduser().is_dir():  # a PEFT adapter folder
-            options["lora"] = str(gguf_lora_for(Path(options["lora"]).expanduser(), path))
+        if ref == "smollm2-hat":
+            options.setdefault("lora", str(shipped_adapter("smollm2-hat")))
+        lora = Path(options["lora"]).expanduser() if "lora" in options else None
+        if lora is not None and lora.is_dir():  # a PEFT adapter folder: its GGUF LoRA, converted once
+            options["lora"] = str(gguf_lora_for(lora, path))
         return cls(path, name=name or f"llamacpp:{argument}", **{**options, **kw})
 
     def close(self) -> None:
