@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -72,3 +73,14 @@ def write_mini_harness(root: Path) -> Path:
 @pytest.fixture
 def mini_harness_dir(tmp_path: Path) -> Path:
     return write_mini_harness(tmp_path / "mini")
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """Tiny matmuls on a busy 2-core machine: one torch thread is ~6x faster than two (no spinning).
+    Use with ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``."""
+    torch = pytest.importorskip("torch")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -66,7 +66,7 @@ def _generate(tmp: Path, **fields: Any) -> tuple[dict[str, Any], list[dict[str, 
 @pytest.fixture(scope="module")
 def mixed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], list[dict[str, Any]]]:
     folder = tmp_path_factory.mktemp("mixed") / "data"
-    stats, rows = _generate(folder, n_episodes=16, seed=1, hsa_ratio=0.5, episodes_per_world=8)
+    stats, rows = _generate(folder, n_episodes=16, seed=1, hsa_ratio=0.5, episodes_per_world=8, comments_per_snapshot=2)
     return folder, stats, rows
 
 
@@ -99,10 +99,14 @@ def test_episode_seeds_never_meet_evaluation_seeds() -> None:
 # -- determinism and files ------------------------------------------------------------------------
 def test_datagen_is_deterministic_per_seed(mixed: tuple[Path, dict[str, Any], list], tmp_path: Path) -> None:
     folder, stats, rows = mixed
-    again, _ = _generate(tmp_path / "again", n_episodes=16, seed=1, hsa_ratio=0.5, episodes_per_world=8)
+    again, _ = _generate(
+        tmp_path / "again", n_episodes=16, seed=1, hsa_ratio=0.5, episodes_per_world=8, comments_per_snapshot=2
+    )
     assert again["dataset_hash"] == stats["dataset_hash"]
     assert (tmp_path / "again" / "data.jsonl").read_bytes() == (folder / "data.jsonl").read_bytes()
-    other, _ = _generate(tmp_path / "other", n_episodes=16, seed=2, hsa_ratio=0.5, episodes_per_world=8)
+    other, _ = _generate(
+        tmp_path / "other", n_episodes=16, seed=2, hsa_ratio=0.5, episodes_per_world=8, comments_per_snapshot=2
+    )
     assert other["dataset_hash"] != stats["dataset_hash"]
     assert DatagenConfig.load(folder / "config.yaml").seed == 1
     assert json.loads((folder / "stats.json").read_text())["rows"] == len(rows) == stats["accepted"]
@@ -140,7 +144,10 @@ def test_hsa_rows_carry_variants_and_their_own_hashes(mixed: tuple[Path, dict[st
     assert all(r["harness_variant"] == [] and r["augmentation"] == "{}" for r in production)
     assert all(r["harness_variant"] and json.loads(r["augmentation"]) for r in hsa)
     assert stats["production_hash"] not in {r["harness_hash"] for r in hsa}
-    assert len({r["harness_hash"] for r in hsa}) == len(hsa)
+    # one variant per room snapshot (comments of a snapshot share it), a new one for every snapshot
+    snapshots = {r["snapshot"] for r in hsa}
+    assert len({r["harness_hash"] for r in hsa}) == len(snapshots) > 1
+    assert all(r["snapshot"].endswith(r["harness_hash"][:16]) for r in rows)
     renamed = [r for r in hsa if "tool_rename" in r["harness_variant"]]
     production_tools = {t["name"] for t in json.loads(production[0]["tools"])}
     assert renamed and all({t["name"] for t in json.loads(r["tools"])} != production_tools for r in renamed)
@@ -155,7 +162,7 @@ def test_hsa_ratio_extremes(tmp_path: Path, ratio: float, kinds: set[str]) -> No
 # -- rejection sampling ---------------------------------------------------------------------------
 def test_rejection_drops_trajectories_below_a_threshold(tmp_path: Path) -> None:
     """``memorise`` uses production names whatever the harness: right on production, wrong under HSA."""
-    stats, rows = _generate(tmp_path / "d", n_episodes=12, hsa_ratio=0.5, teacher="memorise")
+    stats, rows = _generate(tmp_path / "d", n_episodes=12, hsa_ratio=0.5, teacher="memorise", comments_per_snapshot=1)
     assert 0 < stats["accepted"] < stats["samples"] == 12
     assert stats["rejected_by"].get("tool_rationality", 0) > 0
     assert stats["by_harness"]["hsa"]["rate"] < stats["by_harness"]["production"]["rate"]

@@ -252,7 +252,7 @@ def test_skill_set_is_complete() -> None:
 
 def test_harness_yaml_shape() -> None:
     config = yaml.safe_load((HARNESS / "harness.yaml").read_text(encoding="utf-8"))
-    assert config["name"] == "livestream" and config["version"] == "1.0.0"
+    assert config["name"] == "livestream" and config["version"] == "1.1.0"
     prompt_files = {p.name for p in (HARNESS / "prompts").iterdir()}
     assert {f"{block}.md" for block in config["pipeline"]} <= prompt_files
     hooks = {hook["name"]: hook.get("config", {}) for hook in config["hooks"]}

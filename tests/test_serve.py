@@ -45,7 +45,7 @@ def test_reply_endpoint_returns_reply_version_and_timings():
     assert r.status_code == 200, body
     current = app.state.server.holder.current
     assert body["reply"] == "Great question, I will check for you." and body["status"] == "ok"
-    assert body["harness"] == {"name": "livestream", "version": "1.0.0", "hash": current.hash, "generation": 1}
+    assert body["harness"] == {"name": "livestream", "version": "1.1.0", "hash": current.hash, "generation": 1}
     assert body["actions"] == ["tool_calls", "reply"] and body["rounds"] == 2
     assert body["tool_calls"][0]["name"] == "get_price" and body["tool_calls"][0]["status"] == "ok"
     assert body["room_id"] == "room-1" and len(body["trace_id"]) == 16

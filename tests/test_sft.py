@@ -44,13 +44,7 @@ def _row(i: int, kind: str = "production") -> dict[str, Any]:
 SHORT = [_row(i) for i in range(4)]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Any:
-    """Tiny matmuls on a busy 2-core machine: one torch thread is ~6x faster than two (no spinning)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
@@ -193,7 +187,7 @@ def test_training_tokens_extend_the_inference_prompts(real_dir: Path, tiny_dir: 
 
 def test_collated_labels_mask_system_user_and_tool_tokens(real_dir: Path, tiny_dir: Path, tmp_path: Path) -> None:
     rows = load_rows(real_dir)[:3]
-    setup = build_trainer(_config(tmp_path / "o", tiny_dir), rows)
+    setup = build_trainer(_config(tmp_path / "o", tiny_dir, packing=False), rows)  # TRL's collator
     trainer = setup.trainer
     batch = trainer.data_collator([trainer.train_dataset[i] for i in range(len(rows))])
     tokenizer = trainer.processing_class

@@ -506,6 +506,14 @@ class _Run:
     fault_rate: float
     world: World
     catalog: Catalog
+    per_snapshot: int = 1
+
+    def room(self, i: int, rng: random.Random) -> _Rec:
+        """Episode ``i``'s room: its own moment, or with ``per_snapshot`` > 1 the moment shared by
+        episodes ``k·per_snapshot … (k+1)·per_snapshot − 1`` (many viewers, one product on display)."""
+        if self.per_snapshot <= 1:
+            return self.world.moment(rng)
+        return self.world.moment(random.Random(_derive(self.seed, "snapshot", i // self.per_snapshot)))
 
 
 def _gold(intent: str, part: _Part, main: int) -> Gold:
@@ -540,7 +548,7 @@ def _checked(episode: Episode, part: _Part, catalog: Catalog) -> Episode | None:
 
 def _draw(run: _Run, i: int, intent: str, attempt: int) -> Episode | None:
     rng = random.Random(_derive(run.seed, i, attempt))
-    sc = _Scene(rng, run.catalog, run.world.moment(rng), noise=attempt < _CLEAN_AFTER)
+    sc = _Scene(rng, run.catalog, run.room(i, rng), noise=attempt < _CLEAN_AFTER)
     part = _BUILDERS[intent](sc)
     if part is None:
         return None
@@ -571,14 +579,21 @@ _world = lru_cache(maxsize=8)(generate_world)
 
 
 def generate_episodes(
-    n: int, seed: int, *, mode: str = "single", fault_rate: float = 0.0, world_seed: int | None = None
+    n: int,
+    seed: int,
+    *,
+    mode: str = "single",
+    fault_rate: float = 0.0,
+    world_seed: int | None = None,
+    comments_per_snapshot: int = 1,
 ) -> list[Episode]:
     """``n`` episodes with the report's intent mix, deterministic in all arguments.
 
     ``mode``: ``"single"`` (one comment) or ``"multi"`` (2-4 comments, gold for the main one);
     ``fault_rate``: per-call fault probability for each episode's :class:`FaultSpec`;
     ``world_seed``: the generated world (default ``seed``; must be >= 0: negative seeds name the
-    bundled catalog, which has no generated rooms)."""
+    bundled catalog, which has no generated rooms); ``comments_per_snapshot``: consecutive episodes
+    that share one room moment (1 = every episode its own, the evaluation setting)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
     if not 0.0 <= fault_rate <= 1.0:
@@ -586,5 +601,7 @@ def generate_episodes(
     world_seed = seed if world_seed is None else world_seed
     if world_seed < 0 or n < 0:
         raise ValueError(f"n and world_seed must be >= 0, got n={n}, world_seed={world_seed}")
-    run = _Run(seed, world_seed, mode, fault_rate, _world(world_seed), world_catalog(world_seed))
+    if comments_per_snapshot < 1:
+        raise ValueError(f"comments_per_snapshot must be >= 1, got {comments_per_snapshot}")
+    run = _Run(seed, world_seed, mode, fault_rate, _world(world_seed), world_catalog(world_seed), comments_per_snapshot)
     return [_episode(run, i, intent) for i, intent in enumerate(_intents(n, seed))]

@@ -88,21 +88,33 @@ def _seed(*parts: object) -> int:
 # -- episodes and harness states ------------------------------------------------------------------
 def datagen_episodes(config: DatagenConfig) -> list[Episode]:
     """The config's episodes: ``episodes_per_world`` per world, world seeds from
-    :meth:`DatagenConfig.world_chunks` (never an evaluation seed)."""
-    episodes: list[Episode] = []
+    :meth:`DatagenConfig.world_chunks` (never an evaluation seed); ``comments_per_snapshot``
+    consecutive episodes of a world share one room moment."""
+    return [episode for episode, _ in _episodes_with_snapshots(config)]
+
+
+def _episodes_with_snapshots(config: DatagenConfig) -> list[tuple[Episode, str]]:
+    """Each episode with its snapshot key (world seed and snapshot index within the world)."""
+    per = config.comments_per_snapshot
+    out: list[tuple[Episode, str]] = []
     for episode_seed, count in config.world_chunks():
-        episodes.extend(generate_episodes(count, episode_seed, mode=config.mode, fault_rate=config.fault_rate))
-    return episodes
+        episodes = generate_episodes(
+            count, episode_seed, mode=config.mode, fault_rate=config.fault_rate, comments_per_snapshot=per
+        )
+        out += [(episode, f"{episode_seed}-s{i // per}") for i, episode in enumerate(episodes)]
+    return out
 
 
 def choose_harness(
-    production: Harness, episode: Episode, config: DatagenConfig, envelope: Envelope
+    production: Harness, episode: Episode, config: DatagenConfig, envelope: Envelope, snapshot: str | None = None
 ) -> tuple[Harness, Variant | None]:
-    """Production or (with probability ``hsa_ratio``) a train-split variant, seeded by episode id."""
-    coin = random.Random(f"datagen:{config.seed}:{episode.episode_id}:harness").random()
+    """Production or (with probability ``hsa_ratio``) a train-split variant, seeded by the episode id
+    — or by the ``snapshot`` key when several comments share a snapshot, so they share the harness too."""
+    key = episode.episode_id if snapshot is None or config.comments_per_snapshot <= 1 else f"snapshot:{snapshot}"
+    coin = random.Random(f"datagen:{config.seed}:{key}:harness").random()
     if coin >= config.hsa_ratio:
         return production, None
-    variant = augment(production, f"datagen:{config.seed}:{episode.episode_id}", envelope, split="train")
+    variant = augment(production, f"datagen:{config.seed}:{key}", envelope, split="train")
     return variant.harness, variant
 
 
@@ -204,6 +216,7 @@ def _tools_json(harness: Harness, trace: Trace) -> str:
 
 @dataclass(frozen=True)
 class _Sample:
+    snapshot: str
     episode: Episode
     harness: Harness
     variant: Variant | None
@@ -218,6 +231,7 @@ def build_row(sample: _Sample, teacher: str) -> dict[str, Any]:
     variant = sample.variant
     return {
         "episode_id": sample.episode.episode_id,
+        "snapshot": f"{sample.snapshot}:{sample.trace.harness_hash[:16]}",
         "sample": sample.index,
         "intent": sample.episode.gold.intent,
         "mode": sample.episode.mode,
@@ -301,10 +315,18 @@ class _Run:
     teacher: _Teacher
     tools: ToolRegistry
     tally: _Tally = field(default_factory=_Tally)
+    variants: dict[str, tuple[Harness, Variant | None]] = field(default_factory=dict)
 
-    def episode_rows(self, episode: Episode) -> list[dict[str, Any]]:
+    def harness_for(self, episode: Episode, snapshot: str) -> tuple[Harness, Variant | None]:
+        """The episode's harness state; one augmentation per snapshot, built once."""
+        key = snapshot if snapshot and self.config.comments_per_snapshot > 1 else episode.episode_id
+        if key not in self.variants:
+            self.variants = {key: choose_harness(self.production, episode, self.config, self.envelope, snapshot)}
+        return self.variants[key]
+
+    def episode_rows(self, episode: Episode, snapshot: str = "") -> list[dict[str, Any]]:
         """Up to ``max_per_episode`` accepted, distinct rows from ``k`` samples of one episode."""
-        harness, variant = choose_harness(self.production, episode, self.config, self.envelope)
+        harness, variant = self.harness_for(episode, snapshot)
         tools = self.tools if variant is None else ToolRegistry(harness)
         rows: list[dict[str, Any]] = []
         seen: set[str] = set()
@@ -313,7 +335,9 @@ class _Run:
                 seed = _seed(self.config.seed, episode.episode_id, index)
                 trace, messages = run_teacher(self.teacher, episode, harness, seed, tools)
                 scores = {k: float(v.score) for k, v in judge_trace(episode, trace, harness).items()}
-                sample = _Sample(episode, harness, variant, index, trace, messages, scores)
+                sample = _Sample(
+                    snapshot or episode.episode_id, episode, harness, variant, index, trace, messages, scores
+                )
                 reasons = rejection_reasons(sample, self.config)
                 key = canonical_json(messages)
                 kept = not reasons and key not in seen and len(rows) < self.config.max_per_episode
@@ -327,11 +351,11 @@ class _Run:
         return rows
 
 
-def _collect(run: _Run, episodes: list[Episode], progress: ProgressFn | None) -> list[dict[str, Any]]:
+def _collect(run: _Run, episodes: list[tuple[Episode, str]], progress: ProgressFn | None) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     limit = run.config.max_examples
-    for i, episode in enumerate(episodes):
-        rows.extend(run.episode_rows(episode))
+    for i, (episode, snapshot) in enumerate(episodes):
+        rows.extend(run.episode_rows(episode, snapshot))
         if progress is not None:
             progress(i + 1, len(episodes))
         if limit is not None and len(rows) >= limit:
@@ -349,7 +373,7 @@ def generate_dataset(config: DatagenConfig, out_dir: str | Path, progress: Progr
         raise HatError(f"{out} exists and is not empty; choose a new folder for the dataset")
     production = load_harness(config.harness)
     start = time.perf_counter()
-    episodes = datagen_episodes(config)
+    episodes = _episodes_with_snapshots(config)
     run = _Run(config, production, load_envelope(config.envelope), _Teacher(config), ToolRegistry(production))
     try:
         rows = _collect(run, episodes, progress)

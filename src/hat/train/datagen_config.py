@@ -16,6 +16,11 @@ Choices worth knowing:
   are drawn per world (each chunk keeps the report's intent mix).
 - **Rejection sampling.** A trajectory is kept only when the runtime finished it normally
   (``require_ok``) and every dimension in ``thresholds`` scores at least its threshold.
+- **Comments per snapshot.** ``comments_per_snapshot`` consecutive episodes of a world share one
+  room moment (product on display, turns and time left) and one harness state, as in a real room
+  where many viewers comment while one product is shown. Their rows share the system prompt up to
+  the per-comment parts, which is what SFT packing (:mod:`hat.train.packing`) encodes once. 1 gives
+  every episode its own moment and harness (the evaluation suites' setting).
 - **k samples per episode.** For an LLM teacher (``openai:<url>#<model>``) the k samples differ by
   sampling seed, so ``temperature`` must be > 0 when k > 1. For a simulator policy (``oracle``) the
   policy seed changes its wording. At most ``max_per_episode`` accepted, distinct samples are kept.
@@ -80,6 +85,7 @@ class DatagenConfig:
     fault_rate: float = 0.0
     mode: str = "single"
     episodes_per_world: int = 50
+    comments_per_snapshot: int = 8
     max_examples: int | None = None
     formats: list[str] = field(default_factory=lambda: ["jsonl"])
 
@@ -109,6 +115,7 @@ class DatagenConfig:
             "max_per_episode must be >= 1" if self.max_per_episode < 1 else "",
             f"mode must be one of {', '.join(_MODES)}" if self.mode not in _MODES else "",
             "episodes_per_world must be >= 1" if self.episodes_per_world < 1 else "",
+            "comments_per_snapshot must be >= 1" if self.comments_per_snapshot < 1 else "",
             f"n_episodes / episodes_per_world must be <= {MAX_WORLDS}" if self.n_worlds > MAX_WORLDS else "",
             f"unknown judge dimension(s) {unknown_dims}; known: {', '.join(JUDGES)}" if unknown_dims else "",
             f"unknown format(s) {bad_formats}; known: {', '.join(FORMATS)}" if bad_formats else "",

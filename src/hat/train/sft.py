@@ -20,7 +20,13 @@ output folder and in every checkpoint, so ``hf:<output_dir>`` loads the trained 
 
 Fixed-harness baseline: ``fixed_harness`` keeps production-harness rows only; ``max_examples``
 (exact, seeded) and ``max_steps`` make it match the HSA run it is compared with (see
-:func:`match_example_counts`).
+:func:`match_example_counts`). The subsample takes whole packing groups (room snapshots) where it
+can, so a smaller run still shares prefixes.
+
+Two paths (``HatSFTConfig.packing``): the fast one (default) packs rows behind their shared prompt
+prefix and trains with :class:`~hat.train.sft_trainer.PackedSFTTrainer` (see
+:mod:`hat.train.packing`); ``packing=False`` is the old recipe, TRL's ``SFTTrainer`` row by row.
+General replay rows (``replay_data``/``replay_ratio``) are added to the livestream rows either way.
 """
 
 from __future__ import annotations
@@ -77,11 +83,33 @@ def _subsample(rows: Sequence[dict[str, Any]], n: int, seed: int) -> list[dict[s
     return [rows[i] for i in keep]
 
 
+def _subsample_groups(rows: Sequence[dict[str, Any]], n: int, seed: int) -> list[dict[str, Any]]:
+    """``n`` rows taken as whole packing groups in a seeded group order (the last group cut to fit),
+    in their original order: a subsample that keeps room snapshots together."""
+    from hat.train.packing import row_group
+
+    groups: dict[str, list[int]] = {}
+    for i, row in enumerate(rows):
+        groups.setdefault(row_group(row), []).append(i)
+    order = sorted(groups)
+    rng = random.Random(f"sft-groups:{seed}")
+    rng.shuffle(order)
+    keep: list[int] = []
+    for key in order:
+        members = groups[key]
+        left = n - len(keep)
+        keep += members if len(members) <= left else rng.sample(members, left)
+        if len(keep) >= n:
+            break
+    return [rows[i] for i in sorted(keep)]
+
+
 def select_rows(
     rows: Sequence[dict[str, Any]], *, fixed_harness: bool = False, max_examples: int | None = None, seed: int = 0
 ) -> list[dict[str, Any]]:
     """The training rows: production-harness rows only when ``fixed_harness``; exactly
-    ``max_examples`` of them (seeded subsample) when set, or an error if there are fewer."""
+    ``max_examples`` of them (seeded, whole snapshot groups first) when set, or an error if there
+    are fewer."""
     chosen = [r for r in rows if r.get("harness_kind", "production") == "production"] if fixed_harness else list(rows)
     if not chosen:
         hint = " (generate baseline data with: hat datagen --hsa-ratio 0)" if fixed_harness else ""
@@ -90,7 +118,22 @@ def select_rows(
         return chosen
     if len(chosen) < max_examples:
         raise HatError(f"max_examples={max_examples} but only {len(chosen)} rows are available; lower it")
-    return _subsample(chosen, max_examples, seed)
+    return _subsample_groups(chosen, max_examples, seed)
+
+
+def replay_rows(config: HatSFTConfig, n_task_rows: int) -> list[dict[str, Any]]:
+    """``round(replay_ratio × n_task_rows)`` general rows from ``replay_data`` (seeded subsample), or
+    an error naming how many there are when the folder has fewer."""
+    if not config.replay_data or config.replay_ratio <= 0:
+        return []
+    pool = load_rows(config.replay_data)
+    n = round(config.replay_ratio * n_task_rows)
+    if n > len(pool):
+        raise HatError(
+            f"replay_ratio={config.replay_ratio} needs {n} general rows but {config.replay_data} has {len(pool)}; "
+            "generate more with hat datagen-general or lower the ratio"
+        )
+    return _subsample(pool, n, config.seed) if n else []
 
 
 def match_example_counts(
@@ -215,7 +258,10 @@ def build_trainer(
         max_examples=config.max_examples,
         seed=config.seed,
     )
+    chosen += replay_rows(config, len(chosen))
     model, tokenizer, base_ref = load_base(config.model)
+    if config.packing:
+        return _packed_setup(config, chosen, model, tokenizer, base_ref, callbacks)
     dataset = _train_dataset(chosen, tokenizer)
     limit = config.max_length or 0
     n_truncated = sum(len(ids) > limit for ids in dataset["input_ids"]) if limit else 0
@@ -230,6 +276,63 @@ def build_trainer(
         processing_class=tokenizer,
         peft_config=_lora(config) if config.use_lora else None,
         callbacks=[*callbacks, *([_adapter_base_callback(base_ref)] if config.use_lora else [])],
+    )
+    return _Setup(trainer, chosen, base_ref, n_truncated)
+
+
+def encode_rows(rows: Sequence[dict[str, Any]], tokenizer: Any, max_length: int | None = None) -> tuple[list[Any], int]:
+    """Rows as :class:`~hat.train.packing.EncodedRow` (cut at ``max_length``, as TRL cuts) and how
+    many were cut."""
+    from hat.train.packing import IGNORE_INDEX, EncodedRow, row_group
+
+    encoded, cut = [], 0
+    for row in rows:
+        e = encode_row(row, tokenizer)
+        ids, mask = e["input_ids"], e["assistant_masks"]
+        if max_length and len(ids) > max_length:
+            ids, mask, cut = ids[:max_length], mask[:max_length], cut + 1
+        labels = [t if m else IGNORE_INDEX for t, m in zip(ids, mask, strict=True)]
+        encoded.append(EncodedRow(tuple(ids), tuple(labels), row_group(row)))
+    return encoded, cut
+
+
+def build_packs(config: HatSFTConfig, rows: Sequence[dict[str, Any]], tokenizer: Any) -> tuple[list[Any], int]:
+    """The packs of the fast path and the number of rows cut at ``max_length`` (rows with no
+    trained token left are dropped)."""
+    from hat.train.packing import pack_rows
+
+    encoded, cut = encode_rows(rows, tokenizer, config.max_length)
+    encoded = [e for e in encoded if e.n_trained]
+    return pack_rows(encoded, max_rows=config.pack_max_rows, max_tokens=config.pack_max_tokens), cut
+
+
+def _packed_setup(
+    config: HatSFTConfig, chosen: list[dict[str, Any]], model: Any, tokenizer: Any, base_ref: str, callbacks: Any
+) -> _Setup:
+    from datasets import Dataset
+    from peft import get_peft_model
+
+    from hat.train.sft_trainer import PackedSFTTrainer
+
+    packs, n_truncated = build_packs(config, chosen, tokenizer)
+    if n_truncated:
+        logger.warning(
+            "%d of %d rows exceed max_length=%d and lose their end", n_truncated, len(chosen), config.max_length
+        )
+    if config.use_lora:
+        from transformers import set_seed
+
+        set_seed(config.seed)  # LoRA's A matrices are drawn here: same seed, same initial adapter
+        model = get_peft_model(model, _lora(config))
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    trainer = PackedSFTTrainer(
+        model=model,
+        args=config,
+        train_dataset=Dataset.from_list([p.to_dict() for p in packs]),
+        processing_class=tokenizer,
+        callbacks=list(callbacks),
+        base_ref=base_ref if config.use_lora else "",
+        pad_id=int(pad),
     )
     return _Setup(trainer, chosen, base_ref, n_truncated)
 

@@ -30,6 +30,17 @@ other core is busy); leave it unset on an idle or GPU machine.
 
 ``resume_from_checkpoint``: a checkpoint folder, or ``"latest"`` for the newest
 ``checkpoint-*`` in ``output_dir``.
+
+The fast path (``packing``, the default; :mod:`hat.train.packing`): rows of one room snapshot are
+packed behind their shared prompt prefix, the LM head runs only on trained positions, and the
+decoder runs under bf16 autocast where the CPU has native bf16 (``autocast_bf16``: None = detect,
+so TRL's ``bf16`` stays off on CPU). A *step* then processes ``per_device_train_batch_size`` packs
+of up to ``pack_max_rows`` rows each (default 1 pack per step). ``packing=False`` is the old
+recipe: TRL's ``SFTTrainer`` row by row with full logits in float32.
+
+Replay (keeping general ability): ``replay_data`` is a ``hat datagen-general`` folder of general
+instruction rows answered by the base model itself; ``replay_ratio`` general rows are mixed in per
+livestream row (0.25 → one general row for every four livestream rows), a seeded subsample.
 """
 
 from __future__ import annotations
@@ -77,6 +88,19 @@ class HatSFTConfig(SFTConfig):
     )
     fixed_harness: bool = field(default=False, metadata={"help": "Production-harness rows only (the baseline)."})
     max_examples: int | None = field(default=None, metadata={"help": "Exactly this many rows (seeded subsample)."})
+    packing: bool = field(
+        default=True, metadata={"help": "Shared-prefix packing + trained-positions-only loss (False: TRL row by row)."}
+    )
+    pack_max_rows: int = field(default=16, metadata={"help": "Rows per pack (they share one prompt prefix)."})
+    pack_max_tokens: int = field(default=8192, metadata={"help": "Tokens per pack, prefix counted once."})
+    packing_attention: str = field(
+        default="prefix-cache", metadata={"help": "prefix-cache (fast) | block-mask (the literal packed sequence)."}
+    )
+    autocast_bf16: bool | None = field(
+        default=None, metadata={"help": "bf16 autocast of the decoder (None: on where the CPU/GPU has native bf16)."}
+    )
+    replay_data: str = field(default="", metadata={"help": "A hat datagen-general folder (general replay rows)."})
+    replay_ratio: float = field(default=0.0, metadata={"help": "General rows per livestream row (seeded subsample)."})
     torch_threads: int | None = field(
         default=None, metadata={"help": "torch CPU threads (None: torch's default). 1 is faster on a busy CPU."}
     )
@@ -86,7 +110,7 @@ class HatSFTConfig(SFTConfig):
     activation_checkpointing: bool = False
     gradient_checkpointing: bool = False  # deprecated alias (transformers 5); mirrors the field above
     max_length: int | None = 2048
-    per_device_train_batch_size: int = 4
+    per_device_train_batch_size: int = 1
     logging_steps: float = 5
     save_steps: float = 50
     save_total_limit: int | None = 2
@@ -100,6 +124,12 @@ class HatSFTConfig(SFTConfig):
         super().__post_init__()
         if self.max_examples is not None and self.max_examples < 1:
             raise HatError("max_examples must be >= 1 (or unset to use every row)")
+        if self.packing_attention not in ("prefix-cache", "block-mask"):
+            raise HatError("packing_attention must be prefix-cache or block-mask")
+        if self.replay_ratio < 0 or (self.replay_ratio > 0 and not self.replay_data):
+            raise HatError("replay_ratio must be >= 0, and > 0 needs replay_data (a hat datagen-general folder)")
+        if self.packing:
+            self.remove_unused_columns = False
 
     # -- files ------------------------------------------------------------------------------------
     def to_yaml_dict(self) -> dict[str, Any]:
