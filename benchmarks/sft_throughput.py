@@ -7,8 +7,9 @@
   has native bf16 (one pack per step).
 
 Both train LoRA (r 16, every linear layer) on the bundled SmolLM2 from the same initial weights
-with learning rate 0, so every step's loss is the loss of the same model on its rows: the two
-recipes' mean losses over all rows must agree (bf16 within ~1 %). A third short run trains the new
+with learning rate 0, so every step's loss is the loss of the same model on its rows: both recipes'
+mean losses over all rows must agree with the reference — the base model's loss on each row alone,
+full logits, float32 (bf16 within ~1 %). A third short run trains the new
 path for real on one fixed pack in float32 and in bf16 and prints both loss curves.
 
     python benchmarks/sft_throughput.py [--rows 24] [--data DIR] [--out reports/sft_throughput.json]
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -108,6 +110,21 @@ def _run(name: str, config: HatSFTConfig, rows: list[dict[str, Any]], trained: i
     }
 
 
+def _reference_loss(encoded: list[Any]) -> float:
+    """The rows' loss under the initial weights (LoRA's B starts at zero, so: the base model), computed
+    the plain way — each row alone, full logits, float32 — the number both recipes must reproduce."""
+    from hat.train.packing import unpacked_loss
+    from hat.train.sft import load_base
+
+    model, _, _ = load_base("smollm2")
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for row in encoded:
+            loss, n = unpacked_loss(model, [row])
+            total, count = total + float(loss), count + n
+    return total / count
+
+
 def _row_weighted_loss(losses: list[float], counts: list[int]) -> float:
     return sum(loss * n for loss, n in zip(losses, counts, strict=True)) / sum(counts)
 
@@ -132,6 +149,8 @@ def main() -> None:
         encoded = _encoded(rows)
         counts = [e.n_trained for e in encoded]
         trained, total = sum(counts), sum(len(e.input_ids) for e in encoded)
+        reference = _reference_loss(encoded)
+        print(json.dumps({"reference_loss": reference}), file=sys.stderr, flush=True)
 
         old_steps = _Steps()
         old_cfg = _config(work / "old", data, packing=False, autocast_bf16=False, per_device_train_batch_size=1)
@@ -149,6 +168,7 @@ def main() -> None:
             "mean_step_s": round(old_train / len(old_steps.times), 3),
             "mean_loss": round(_row_weighted_loss(old_steps.losses, counts), 5),
         }
+        print(json.dumps({"old": old}), file=sys.stderr, flush=True)
         dtype = autocast_dtype("cpu", None)
         new = _run(
             f"new: packed (prefix-cache), trained positions only, {'bf16' if dtype else 'fp32'} autocast",
@@ -156,6 +176,7 @@ def main() -> None:
             rows,
             trained,
         )
+        print(json.dumps({"new": new}), file=sys.stderr, flush=True)
         curves = _curves(work, data, rows, args.curve_steps)
     report = {
         "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads",
@@ -166,7 +187,9 @@ def main() -> None:
         "new": new,
         "speedup_rows_per_s": round(new["rows_per_s"] / old["rows_per_s"], 2),
         "speedup_trained_tokens_per_s": round(new["trained_tokens_per_s"] / old["trained_tokens_per_s"], 2),
-        "loss_rel_diff": round(abs(new["mean_loss"] - old["mean_loss"]) / old["mean_loss"], 5),
+        "reference_loss_fp32_unpacked": round(reference, 5),
+        "old_loss_rel_diff": round(abs(old["mean_loss"] - reference) / reference, 5),
+        "new_loss_rel_diff": round(abs(new["mean_loss"] - reference) / reference, 5),
         "fp32_vs_bf16_curve": curves,
     }
     text = json.dumps(report, indent=2)

@@ -13,7 +13,7 @@ from hat.cli.augment_cmd import augment_command
 from hat.cli.common import DEFAULT_HARNESS, DEFAULT_MODEL, build_agent, progress_columns
 from hat.cli.eval_cmd import eval_command, sim_app
 from hat.cli.harness_cmd import app as harness_app
-from hat.cli.train_cmd import datagen_command, train_app
+from hat.cli.train_cmd import datagen_command, datagen_general_command, train_app
 from hat.demo import demo_records, reply_record
 from hat.harness.runtime import Request
 from hat.harness.sinks import JSONLSink
@@ -30,6 +30,7 @@ app.add_typer(sim_app, name="sim")
 app.command("eval")(eval_command)
 app.command("augment")(augment_command)
 app.command("datagen")(datagen_command)
+app.command("datagen-general")(datagen_general_command)
 app.add_typer(train_app, name="train")
 app.command("serve")(serve_command)
 app.add_typer(bench_app, name="bench")

@@ -1,4 +1,4 @@
-"""``hat datagen`` and ``hat train …``: thin shells over :mod:`hat.train`.
+"""``hat datagen``, ``hat datagen-general`` and ``hat train …``: thin shells over :mod:`hat.train`.
 
 Options override a ``--config`` file, which overrides the defaults; every option defaults to
 ``None`` ("not given") so a config file's value is never silently replaced by a CLI default.
@@ -56,6 +56,9 @@ def datagen_command(
     fault_rate: float | None = typer.Option(None, min=0.0, max=1.0, help="Tool fault probability per call."),
     mode: str | None = typer.Option(None, help="single | multi (several comments per request)."),
     max_examples: int | None = typer.Option(None, min=1, help="Stop after this many accepted rows."),
+    comments_per_snapshot: int | None = typer.Option(
+        None, min=1, help="Viewer comments per room snapshot and harness state (default 8; packing shares them)."
+    ),
     threshold: list[str] | None = typer.Option(None, help="DIM=MIN judge threshold (repeatable; replaces defaults)."),
     fmt: list[str] | None = typer.Option(None, "--format", help="jsonl | parquet | arrow (repeatable)."),
     as_json: bool = typer.Option(False, "--json", help="Print the stats as one JSON object on stdout."),
@@ -68,7 +71,7 @@ def datagen_command(
         cfg = base.with_overrides(
             n_episodes=n, seed=seed, hsa_ratio=hsa_ratio, teacher=teacher, k=k, temperature=temperature,
             envelope=envelope, harness=harness, fault_rate=fault_rate, mode=mode, max_examples=max_examples,
-            thresholds=_thresholds(threshold), formats=fmt or None,
+            comments_per_snapshot=comments_per_snapshot, thresholds=_thresholds(threshold), formats=fmt or None,
         )  # fmt: skip
         cfg.validate()
         with _Progress("datagen", cfg.n_episodes) as advance:
@@ -121,7 +124,9 @@ def sft_command(
     model: str | None = typer.Option(None, help="Base model: smollm2 | <checkpoint folder> | hf:<folder>."),
     lora: bool | None = typer.Option(None, "--lora/--full", help="LoRA adapter (default) or full fine-tuning."),
     max_steps: int | None = typer.Option(None, min=1, help="Optimizer steps."),
-    batch_size: int | None = typer.Option(None, min=1, help="Per-device batch size (default 4)."),
+    batch_size: int | None = typer.Option(
+        None, min=1, help="Per-device batch size: packs per step with packing (default 1), else rows."
+    ),
     grad_accum: int | None = typer.Option(None, min=1, help="Gradient accumulation steps."),
     lr: float | None = typer.Option(None, help="Learning rate (default 2e-4, a LoRA rate)."),
     max_seq_length: int | None = typer.Option(None, min=16, help="Max tokens per row (default 2048)."),
@@ -130,6 +135,14 @@ def sft_command(
     seed: int | None = typer.Option(None, help="Training seed (also picks --max-examples subsamples)."),
     max_examples: int | None = typer.Option(None, min=1, help="Train on exactly N rows (seeded subsample)."),
     threads: int | None = typer.Option(None, min=1, help="torch CPU threads (1 is faster on a busy CPU)."),
+    packing: bool | None = typer.Option(
+        None, "--packing/--no-packing", help="Shared-prefix packing + trained-positions-only loss (default on)."
+    ),
+    bf16: bool | None = typer.Option(
+        None, "--bf16/--fp32", help="bf16 autocast of the decoder (default: on where the CPU/GPU has native bf16)."
+    ),
+    replay_data: Path | None = typer.Option(None, help="A hat datagen-general folder (general replay rows)."),
+    replay_ratio: float | None = typer.Option(None, min=0.0, help="General rows per livestream row (e.g. 0.25)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint in --out."),
     fixed_harness: bool = typer.Option(
         False,
@@ -139,7 +152,7 @@ def sft_command(
     config: Path | None = typer.Option(None, "--config", help="HatSFTConfig YAML (any TRL field); options override."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object on stdout."),
 ) -> None:
-    """Supervised fine-tuning (TRL SFTTrainer, assistant-only loss, LoRA or full) on datagen rows."""
+    """Supervised fine-tuning on datagen rows: packed shared prefixes, assistant-only loss, LoRA or full."""
     from hat.train.sft import train_sft
 
     overrides = {
@@ -149,7 +162,8 @@ def sft_command(
         "gradient_accumulation_steps": grad_accum, "learning_rate": lr, "max_length": max_seq_length,
         "lora_r": lora_r, "save_steps": save_steps, "seed": seed, "max_examples": max_examples,
         "resume_from_checkpoint": "latest" if resume else None, "fixed_harness": fixed_harness or None,
-        "torch_threads": threads,
+        "torch_threads": threads, "packing": packing, "autocast_bf16": bf16,
+        "replay_data": None if replay_data is None else str(replay_data), "replay_ratio": replay_ratio,
     }  # fmt: skip
     try:
         result = train_sft(_sft_config(config, overrides))
@@ -192,3 +206,45 @@ def export_command(
         raise _fail(exc) from exc
     size = (folder / "adapter_model.safetensors").stat().st_size / 1e6
     err.print(f"exported {src} → {folder} ({size:.1f} MB); load with --model hf:{folder}")
+
+
+# -- hat datagen-general --------------------------------------------------------------------------
+def datagen_general_command(
+    n: int | None = typer.Option(None, "--n", min=1, help="Prompts to answer (default 600)."),
+    out_dir: Path = typer.Option(..., "--out", help="New folder (or an unfinished run of the same config: resumed)."),
+    model: str | None = typer.Option(None, help="Model that answers: the base model smollm2 (default) or any spec."),
+    batch_size: int | None = typer.Option(None, min=1, help="Prompts per generate_batch call (default 16)."),
+    max_new_tokens: int | None = typer.Option(None, min=1, help="Answer limit; cut answers are dropped (default 384)."),
+    seed: int | None = typer.Option(None, min=0, help="Seed of the prompt draw (default 0)."),
+    prompts: str | None = typer.Option(None, help="Prompts JSONL (default ../shared/data/general/prompts.jsonl)."),
+    keep_truncated: bool | None = typer.Option(
+        None, "--keep-truncated/--drop-truncated", help="Keep answers cut by --max-new-tokens (default: drop)."
+    ),
+    exclude_source: list[str] | None = typer.Option(None, help="Skip prompts of this source (repeatable)."),
+    config: Path | None = typer.Option(None, "--config", help="ReplayConfig YAML; options override it."),
+    as_json: bool = typer.Option(False, "--json", help="Print the stats as one JSON object on stdout."),
+) -> None:
+    """General-instruction replay rows for SFT: the base model's own answers to general prompts."""
+    from hat.train.replay import ReplayConfig, generate_replay
+
+    try:
+        base = ReplayConfig.load(config) if config else ReplayConfig()
+        cfg = base.with_overrides(
+            n=n, model=model, batch_size=batch_size, max_new_tokens=max_new_tokens, seed=seed, prompts=prompts,
+            keep_truncated=keep_truncated, exclude_sources=exclude_source or None,
+        )  # fmt: skip
+        cfg.validate()
+        with _Progress("datagen-general", cfg.n) as advance:
+            stats = generate_replay(cfg, out_dir, progress=advance)
+    except (HatError, ValueError) as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        print(json.dumps(stats, sort_keys=True))
+        return
+    dropped = stats["dropped"]
+    out.print(
+        f"kept {stats['rows']}/{stats['prompts']} answers (dropped {dropped['truncated']} truncated, "
+        f"{dropped['empty']} empty); median {stats['answer_chars']['median']:.0f} chars; "
+        f"{stats['answers_per_min'] or 0:.1f} answers/min"
+    )
+    err.print(f"wrote {stats['rows']} rows to {out_dir} (sha256 {stats['dataset_hash'][:16]}, {stats['wall_s']} s)")

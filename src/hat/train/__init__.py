@@ -1,4 +1,5 @@
-"""Training: HSA-SFT data generation (``datagen``) and supervised fine-tuning on TRL (``sft``).
+"""Training: HSA-SFT data generation (``datagen``), general replay rows (``replay``) and supervised
+fine-tuning on TRL (``sft``).
 
 Importing this package stays cheap: the datagen side needs only the simulator, the SFT side
 (TRL, transformers, PEFT, torch) is imported on first use of one of its names.
@@ -24,11 +25,13 @@ __all__ = [
     "DATAGEN_SEED_OFFSET",
     "DatagenConfig",
     "HatSFTConfig",
+    "ReplayConfig",
     "SFTResult",
     "char_spans_to_token_spans",
     "dataset_hash",
     "encode_row",
     "generate_dataset",
+    "generate_replay",
     "load_dataset",
     "load_rows",
     "match_example_counts",
@@ -40,6 +43,8 @@ __all__ = [
 
 _LAZY = {
     "HatSFTConfig": "hat.train.sft_config",
+    "ReplayConfig": "hat.train.replay_config",
+    "generate_replay": "hat.train.replay",
     "SFTResult": "hat.train.sft",
     "encode_row": "hat.train.sft",
     "match_example_counts": "hat.train.sft",

@@ -277,7 +277,7 @@ def _prefix_cache_hidden(body: Any, pack: Pack, pad_id: int) -> tuple[Any, Any]:
         use_cache=True,
         **{kw: DynamicCache()},
     )
-    cache: Any = getattr(head, "past_key_values", None) or getattr(head, "cache", None)
+    cache: Any = getattr(head, "cache", None) or getattr(head, "past_key_values", None)
     shared = DynamicCache(
         ddp_cache_data=[
             (layer.keys.expand(batch, -1, -1, -1), layer.values.expand(batch, -1, -1, -1)) for layer in cache.layers

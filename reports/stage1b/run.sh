@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Stage 1, attempt 2 (issue 10): Fixed-SFT vs HSA-SFT at 2,000 livestream rows each plus the same
+# general replay, on the fast SFT path; then base / Fixed / HSA on the suites at n = 100 and IFEval
+# on all 541 prompts. Run from the repo root after `make install`. Every step resumes: rerunning
+# this script after an interruption continues where it stopped (datagen folders are kept, training
+# resumes from its last complete checkpoint, bit for bit).
+# RUNS: where data and checkpoints live (outside the work tree, so a fresh checkout keeps them).
+set -euo pipefail
+source .venv/bin/activate
+RUNS=${RUNS:-/work/runs/stage1b}
+mkdir -p "$RUNS"
+
+# 1. teacher data: 6,400 oracle episodes, 8 comments per room snapshot, half the snapshots under
+#    train-split HSA variants, judge-filtered (24 s)
+[ -f "$RUNS/data/data.jsonl" ] || hat datagen --n 6400 --seed 1 --hsa-ratio 0.5 --comments-per-snapshot 8 \
+  --out "$RUNS/data" --json > "$RUNS/datagen.json"
+
+# 2. general replay: the base model's own answers to 720 general prompts (training only), batched
+[ -f "$RUNS/general/data.jsonl" ] || hat datagen-general --n 720 --batch-size 64 --max-new-tokens 384 --seed 0 \
+  --out "$RUNS/general" --json > "$RUNS/general.json"
+
+# 3. equal data and steps: 2,000 livestream rows + 500 replay rows (ratio 0.25) each, 320 steps of
+#    one pack; both trainings side by side, one torch thread each
+train() {  # name, extra args...
+  local out="$RUNS/$1"; shift
+  local resume=(); [ -d "$out" ] && ls -d "$out"/checkpoint-* >/dev/null 2>&1 && resume=(--resume)
+  hat train sft --config reports/stage1b/sft.yaml --data "$RUNS/data" --replay-data "$RUNS/general" \
+    --max-steps 320 --threads 1 --out "$out" "${resume[@]}" "$@" --json > "$out.result.json"
+}
+train sft-fixed --seed 0 --fixed-harness &
+train sft-hsa-s0 --seed 0 &
+wait
+train sft-hsa-s1 --seed 1
