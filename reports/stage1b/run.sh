@@ -15,8 +15,8 @@ mkdir -p "$RUNS"
 [ -f "$RUNS/data/data.jsonl" ] || hat datagen --n 6400 --seed 1 --hsa-ratio 0.5 --comments-per-snapshot 8 \
   --out "$RUNS/data" --json > "$RUNS/datagen.json"
 
-# 2. general replay: the base model's own answers to 720 general prompts (training only), batched
-[ -f "$RUNS/general/data.jsonl" ] || hat datagen-general --n 720 --batch-size 64 --max-new-tokens 384 --seed 0 \
+# 2. general replay: the base model's own answers (bf16 weights) to 720 general prompts (training only), batched
+[ -f "$RUNS/general/data.jsonl" ] || hat datagen-general --n 720 --batch-size 64 --max-new-tokens 384 --dtype bfloat16 --seed 0 \
   --out "$RUNS/general" --json > "$RUNS/general.json"
 
 # 3. equal data and steps: 2,000 livestream rows + 500 replay rows (ratio 0.25) each, 320 steps of

@@ -215,6 +215,9 @@ def datagen_general_command(
     model: str | None = typer.Option(None, help="Model that answers: the base model smollm2 (default) or any spec."),
     batch_size: int | None = typer.Option(None, min=1, help="Prompts per generate_batch call (default 16)."),
     max_new_tokens: int | None = typer.Option(None, min=1, help="Answer limit; cut answers are dropped (default 384)."),
+    dtype: str | None = typer.Option(
+        None, help="Weights of a local model: auto | bfloat16 (~2x faster on CPUs with native bf16) | float32."
+    ),
     seed: int | None = typer.Option(None, min=0, help="Seed of the prompt draw (default 0)."),
     prompts: str | None = typer.Option(None, help="Prompts JSONL (default ../shared/data/general/prompts.jsonl)."),
     keep_truncated: bool | None = typer.Option(
@@ -230,7 +233,8 @@ def datagen_general_command(
     try:
         base = ReplayConfig.load(config) if config else ReplayConfig()
         cfg = base.with_overrides(
-            n=n, model=model, batch_size=batch_size, max_new_tokens=max_new_tokens, seed=seed, prompts=prompts,
+            n=n, model=model, dtype=dtype, batch_size=batch_size, max_new_tokens=max_new_tokens, seed=seed,
+            prompts=prompts,
             keep_truncated=keep_truncated, exclude_sources=exclude_source or None,
         )  # fmt: skip
         cfg.validate()

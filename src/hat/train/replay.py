@@ -200,6 +200,12 @@ def _prepare_out(out: Path, config: ReplayConfig) -> None:
 
 
 # -- the run --------------------------------------------------------------------------------------
+def _load_options(config: ReplayConfig) -> dict[str, Any]:
+    """``dtype`` for a local transformers model (``auto``: the backend's default); nothing otherwise."""
+    local = config.model in ("smollm2", "smollm2-hat") or config.model.startswith("hf:")
+    return {"dtype": config.dtype} if local and config.dtype != "auto" else {}
+
+
 def generate_replay(
     config: ReplayConfig, out_dir: str | Path, progress: ProgressFn | None = None, *, model: Model | None = None
 ) -> dict[str, Any]:
@@ -218,7 +224,7 @@ def generate_replay(
     todo = [p for p in chosen if p["id"] not in done]
     load_s = gen_s = 0.0
     if todo:
-        model = model if model is not None else load_model(config.model)
+        model = model if model is not None else load_model(config.model, **_load_options(config))
         load_s = time.perf_counter() - start
         gen_s = _answer(model, todo, config, part, done, progress, total=len(chosen))
     rows = [done[p["id"]]["row"] for p in chosen if done[p["id"]]["row"] is not None]

@@ -39,6 +39,7 @@ class ReplayConfig:
     n: int = 600
     seed: int = 0
     model: str = "smollm2"
+    dtype: str = "auto"
     max_new_tokens: int = 384
     batch_size: int = 16
     keep_truncated: bool = False
@@ -57,6 +58,7 @@ class ReplayConfig:
             "max_new_tokens must be >= 1" if self.max_new_tokens < 1 else "",
             "batch_size must be >= 1" if self.batch_size < 1 else "",
             "model must be a model spec (e.g. smollm2)" if not self.model.strip() else "",
+            "dtype must be auto, bfloat16 or float32" if self.dtype not in ("auto", "bfloat16", "float32") else "",
         ]
         problems = [p for p in problems if p]
         if problems:
