@@ -130,10 +130,13 @@ def test_datagen_snapshots_share_room_and_harness_and_pack(tmp_path: Path) -> No
     encoded, _ = encode_rows(rows, tokenizer)
     packs = pack_rows(encoded, max_rows=8)
     assert len(packs) == 4 and {row_group(r) for r in rows} == {f"snapshot:{k}" for k in snapshots}
-    # the shared prefix is most of the system prompt (the per-comment FAQ block comes last)
-    system = [len(tokenizer(r["messages"][0]["content"])["input_ids"]) for r in rows]
-    assert min(len(p.prefix) for p in packs) > 0.6 * min(system)
-    assert sum(p.n_tokens for p in packs) < 0.7 * sum(len(e.input_ids) for e in encoded)
+    # under the production harness the shared prefix is most of the system prompt (the per-comment
+    # FAQ block comes last; HSA variants may move it up)
+    production = [r for r in rows if r["harness_kind"] == "production"]
+    encoded_production, _ = encode_rows(production, tokenizer)
+    system = [len(tokenizer(r["messages"][0]["content"])["input_ids"]) for r in production]
+    assert production and min(len(p.prefix) for p in pack_rows(encoded_production)) > 0.6 * min(system)
+    assert sum(p.n_tokens for p in packs) < 0.75 * sum(len(e.input_ids) for e in encoded)
 
 
 def test_one_comment_per_snapshot_keeps_the_evaluation_episodes() -> None:
@@ -252,3 +255,16 @@ def test_packed_training_lowers_the_loss_with_general_replay(
     assert result.n_examples == len(rows) + 4
     steps = [json.loads(x) for x in (tmp_path / "o" / "steps.jsonl").read_text().splitlines()]
     assert steps[-1]["loss"] < 0.8 * steps[0]["loss"]
+
+
+def test_length_buckets_bound_padding_and_keep_every_row() -> None:
+    from hat.train.packing import length_buckets
+
+    lengths = [500, 90, 480, 100, 510, 95, 300]
+    buckets = length_buckets(lengths, max_rows=3, max_waste=0.2)
+    assert sorted(i for b in buckets for i in b) == list(range(len(lengths)))
+    for bucket in buckets:
+        assert len(bucket) <= 3
+        longest, real = max(lengths[i] for i in bucket), sum(lengths[i] for i in bucket)
+        assert longest * len(bucket) <= 1.2 * real
+    assert [sorted(b) for b in buckets] == [[0, 2, 4], [6], [1, 3, 5]]

@@ -45,6 +45,7 @@ def episodes(
     err.print(f"wrote {n} episodes to {out_file} (sha256 {episodes_hash(eps)[:16]}); intent mix: {mix}")
 
 
+LOCAL_SPECS = ("smollm2", "smollm2-hat", "hf")
 SUITE_HELP = "Suite: t1 | t2 | t3-tool | t3-prompt (simulated room) or ifeval | rotbench | bfcl (external data)."
 
 
@@ -60,6 +61,20 @@ def eval_command(
     data: str | None = typer.Option(None, help="External data path (ifeval: input_data.jsonl; rotbench/bfcl: folder)."),
     hsa: bool = typer.Option(False, "--hsa", help="rotbench/bfcl: show tools under held-out HSA names."),
     max_new_tokens: int = typer.Option(256, help="External suites: generation budget per item."),
+    batch_size: int = typer.Option(
+        16,
+        "--batch-size",
+        min=1,
+        help="Episodes in flight at once. Local models (smollm2, smollm2-hat, hf:) decode their rounds "
+        "together, with the outputs of one-at-a-time greedy decoding; openai: gets concurrent requests; "
+        "1 runs episodes one after another (policies, scripted: and llamacpp: always do).",
+    ),
+    dtype: str | None = typer.Option(
+        None,
+        help="Local models (smollm2, smollm2-hat, hf:): weight dtype, default float32 on CPU. bfloat16 is "
+        "~2x faster on CPUs with AVX-512 BF16, but its greedy outputs differ from float32's and can "
+        "differ between batch sizes.",
+    ),
 ) -> None:
     """Evaluate a model on a suite: per-dimension scores, overall score, per-intent breakdown, worst failures."""
     from hat.eval.external_suites import EXTERNAL_SUITES
@@ -70,6 +85,9 @@ def eval_command(
     if suite in EXTERNAL_SUITES:
         _external(suite, model, data, n, hsa, out_dir, max_new_tokens, as_json)
         return
+    if dtype is not None and model.partition(":")[0] not in LOCAL_SPECS:
+        err.print(f"error: --dtype applies to local models ({', '.join(LOCAL_SPECS)}), not {model!r}", markup=False)
+        raise typer.Exit(2)
     try:
         cases = build_cases(suite, n=n, seed=seed, harness=harness, fault_rate=fault_rate)
     except (KeyError, HatError) as exc:
@@ -105,7 +123,9 @@ def eval_command(
                 model,
                 seed=seed,
                 on_case=on_case,
-                options={"fault_rate": fault_rate, "harness": harness},
+                options={"fault_rate": fault_rate, "harness": harness, "batch_size": batch_size, "dtype": dtype},
+                batch_size=batch_size,
+                load_options={"dtype": dtype} if dtype else None,
             )
     except HatError as exc:
         err.print(f"error: {exc}", markup=False)

@@ -9,14 +9,26 @@ Models: a model spec (``smollm2``, ``hf:…``, ``openai:…``, ``scripted:…``)
 shared; a *policy* name (``oracle``, ``polite``, ``invent-prices``, ``wrong-tool``, ``no-tools``,
 ``memorise``) is privileged, so it is built per episode from the episode's gold. Tool registries
 are built once per harness state and shared by the per-episode agents.
+
+Throughput (``batch_size``): the runtime is synchronous per episode, so episodes run on up to
+``batch_size`` worker threads, one episode per thread. A model with batched generation (the local
+transformers models) is wrapped in a :class:`~hat.models.batching.BatchingModel`, which steps the
+waiting rounds of all episodes as one batch; with greedy decoding every episode gets the outputs it
+gets alone (up to float rounding). An OpenAI-compatible server gets concurrent requests (it batches
+them itself). Policies and other backends (``scripted:`` replays lines in call order,
+``llamacpp:`` holds one context) run one episode at a time. Cases come back in case order;
+``on_case`` is called in the calling thread as each case finishes.
 """
 
 from __future__ import annotations
 
+import queue
 import statistics
+import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,8 +40,9 @@ from hat.harness.state import Harness
 from hat.harness.tools import ToolRegistry
 from hat.harness.trace import Trace
 from hat.judge import judge_trace
-from hat.models import load_model
+from hat.models import OpenAICompatibleModel, load_model
 from hat.models.base import Model
+from hat.models.batching import BatchingModel, supports_batching
 
 __all__ = ["TASK_DIMS", "CaseResult", "SuiteResult", "run_cases"]
 
@@ -109,14 +122,40 @@ class SuiteResult:
 class _Models:
     """Resolves a model spec or policy name to the model for one case."""
 
-    def __init__(self, spec: str, seed: int) -> None:
+    def __init__(self, spec: str, seed: int, load_options: dict[str, Any]) -> None:
         self.spec, self.seed = spec, seed
-        self._shared: Model | None = None if spec in POLICIES else load_model(spec)
+        self._shared: Model | None = None if spec in POLICIES else load_model(spec, **load_options)
 
     def for_case(self, case: Case) -> Model:
         if self._shared is not None:
             return self._shared
         return policy_model(self.spec, case.episode, case.harness, seed=self.seed)
+
+    def workers(self, batch_size: int, n_cases: int) -> int:
+        """How many episodes may run at once: 1 unless the shared model batches or is a server."""
+        shared = self._shared
+        if shared is None or not (supports_batching(shared) or isinstance(shared, OpenAICompatibleModel)):
+            return 1
+        return max(1, min(batch_size, n_cases))
+
+
+class _Registries:
+    """One tool registry per harness state, shared by the agents of every worker thread."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, ToolRegistry] = {}
+        self._lock = threading.Lock()
+
+    def get(self, harness: Harness) -> ToolRegistry:
+        key = harness.content_hash()
+        with self._lock:
+            if key not in self._cache:
+                self._cache[key] = ToolRegistry(harness)
+            return self._cache[key]
+
+    def close(self) -> None:
+        for registry in self._cache.values():
+            registry.close()
 
 
 def run_cases(
@@ -127,37 +166,115 @@ def run_cases(
     seed: int = 0,
     on_case: Callable[[CaseResult], None] | None = None,
     options: dict[str, Any] | None = None,
+    batch_size: int = 1,
+    load_options: dict[str, Any] | None = None,
 ) -> SuiteResult:
-    models = _Models(model, seed)
-    registries: dict[str, ToolRegistry] = {}
+    """Run and judge every case. ``batch_size``: episodes in flight at once (see the module
+    docstring); 1 runs them one after another, as every backend can. ``load_options`` go to
+    :func:`~hat.models.load_model` (e.g. ``{"dtype": "bfloat16"}`` for a local model)."""
+    models = _Models(model, seed, dict(load_options or {}))
+    registries = _Registries()
     result = SuiteResult(suite, model, len(cases), seed, options=dict(options or {}))
+    workers = models.workers(batch_size, len(cases))
     start = time.perf_counter()
     try:
-        for case in cases:
-            registry = _registry(registries, case.harness)
-            agent = Agent(case.harness, models.for_case(case), tools=registry)
-            trace = run_episode(agent, case.episode)
-            judged = judge_trace(case.episode, trace, case.harness)
-            res = CaseResult(
-                case.episode.episode_id,
-                case.episode.gold.intent,
-                case.variant,
-                {k: float(v.score) for k, v in judged.items()},
-                {k: v.reason for k, v in judged.items()},
-                trace,
-            )
-            result.cases.append(res)
-            if on_case:
-                on_case(res)
+        if workers <= 1:
+            for case in cases:
+                res = _run_case(case, models.for_case(case), registries)
+                result.cases.append(res)
+                if on_case:
+                    on_case(res)
+        else:
+            result.cases.extend(_run_parallel(cases, models.for_case(cases[0]), registries, workers, on_case))
     finally:
-        for reg in registries.values():
-            reg.close()
+        registries.close()
     result.wall_s = time.perf_counter() - start
     return result
 
 
-def _registry(cache: dict[str, ToolRegistry], harness: Harness) -> ToolRegistry:
-    key = harness.content_hash()
-    if key not in cache:
-        cache[key] = ToolRegistry(harness)
-    return cache[key]
+def _run_case(case: Case, model: Model, registries: _Registries) -> CaseResult:
+    agent = Agent(case.harness, model, tools=registries.get(case.harness))
+    trace = run_episode(agent, case.episode)
+    judged = judge_trace(case.episode, trace, case.harness)
+    return CaseResult(
+        case.episode.episode_id,
+        case.episode.gold.intent,
+        case.variant,
+        {k: float(v.score) for k, v in judged.items()},
+        {k: v.reason for k, v in judged.items()},
+        trace,
+    )
+
+
+def _run_parallel(
+    cases: list[Case],
+    model: Model,
+    registries: _Registries,
+    workers: int,
+    on_case: Callable[[CaseResult], None] | None,
+) -> list[CaseResult]:
+    """Cases on ``workers`` threads sharing ``model`` (batched when it can be); results in case order."""
+    batcher = BatchingModel(model, workers=workers) if supports_batching(model) else None
+    shared: Model = batcher if batcher is not None else model
+    finished: queue.Queue[tuple[int, CaseResult | BaseException]] = queue.Queue()
+    pending = iter(range(len(cases)))
+    lock, stop = threading.Lock(), threading.Event()
+
+    def take() -> int | None:
+        with lock:
+            return None if stop.is_set() else next(pending, None)
+
+    def work() -> None:
+        try:
+            while (index := take()) is not None:
+                try:
+                    with _tagged(batcher, index):
+                        finished.put((index, _run_case(cases[index], shared, registries)))
+                except BaseException as exc:  # handed to the calling thread, which raises it
+                    finished.put((index, exc))
+                    return
+        finally:
+            if batcher is not None:
+                batcher.retire()
+
+    threads = [threading.Thread(target=work, name=f"hat-eval-{k}", daemon=True) for k in range(workers)]
+    for thread in threads:
+        thread.start()
+    try:
+        results = _collect(finished, len(cases), on_case)
+    except BaseException:
+        stop.set()  # workers finish the episode in hand (their model calls now fail fast) and stop
+        if batcher is not None:
+            batcher.close(wait=False)
+        raise
+    if batcher is not None:
+        batcher.close()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def _collect(
+    finished: queue.Queue[tuple[int, CaseResult | BaseException]],
+    n: int,
+    on_case: Callable[[CaseResult], None] | None,
+) -> list[CaseResult]:
+    """Results in case order, reporting each as it arrives; a worker's exception is raised here."""
+    results: dict[int, CaseResult] = {}
+    for _ in range(n):
+        index, item = finished.get()
+        if isinstance(item, BaseException):
+            raise item
+        results[index] = item
+        if on_case:
+            on_case(item)
+    return [results[i] for i in range(n)]
+
+
+@contextmanager
+def _tagged(batcher: BatchingModel | None, index: int) -> Iterator[None]:
+    if batcher is None:
+        yield
+    else:
+        with batcher.tagged(index):
+            yield

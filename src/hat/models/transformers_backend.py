@@ -22,6 +22,10 @@ Design decisions:
   and always leaving at least one prompt token to encode so generation has logits to start
   from) and passes the full ids plus the cache to ``generate``, which encodes only the suffix.
   ``cached_tokens`` reports the reused prefix. Sessions are LRU-bounded (default 8).
+- **Batches.** :meth:`TransformersModel.generate_batch` decodes many conversations together
+  (greedy; :mod:`hat.models.transformers_batch` says how and why not ``generate`` on a padded
+  batch), with per-row sessions under ``cache_keys``; ``hat eval`` drives it through
+  :class:`~hat.models.batching.BatchingModel`. Results equal :meth:`~TransformersModel.generate`'s.
 - **Thread safety.** One lock per model serialises generation and the session table.
 - **TTFT.** Both ``generate`` and ``stream`` time the first generated token with a streamer
   hook, so ``Generation.ttft_s`` is measured, never estimated. ``stream`` runs ``generate`` in a
@@ -40,13 +44,14 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from hat.errors import MissingDependencyError, ModelError, ModelSpecError
 from hat.models.base import Generation, GenerationConfig, Message
 from hat.models.scripted import cut_stream_at_stop, truncate_at_stop
+from hat.models.transformers_batch import BatchRow, Stopper, decode_greedy, prefill, slice_cache
 
 __all__ = ["SMOLLM2_GGUF", "TransformersModel", "smollm2_gguf_path"]
 
@@ -252,6 +257,8 @@ class TransformersModel:
         if self._pad is None and self._eos:
             self._pad = min(self._eos)
         self._cache_kwarg = _cache_kwarg()
+        self._fast: bool | None = None  # whether generate_batch may take the batched path; see _batchable
+        self._stop_criteria: dict[tuple[str, ...], Any] = {}
 
     @classmethod
     def from_pretrained(
@@ -316,36 +323,58 @@ class TransformersModel:
         return result
 
     def generate_batch(
-        self, conversations: Sequence[Sequence[Message]], config: GenerationConfig | None = None
+        self,
+        conversations: Sequence[Sequence[Message]],
+        config: GenerationConfig | None = None,
+        *,
+        cache_keys: Sequence[str | None] | None = None,
     ) -> list[Generation]:
-        """Greedy/sampled generation for several independent conversations at once (left padding).
+        """Generate for several conversations at once; each result is what :meth:`generate` gives it.
 
-        For offline evaluation (IFEval): on a CPU a batch of 8–16 short prompts decodes several
-        times more tokens per second than one stream. No KV-cache sessions; outputs can differ from
-        :meth:`generate` in the last float bits (padding changes the matmul shapes)."""
+        Greedy decoding of a plain decoder (the usual case) runs batched
+        (:mod:`hat.models.transformers_batch`: rows prefilled one by one from their longest cached
+        prefix, then decoded together, each leaving the batch when it stops). Text, token counts and
+        finish reasons equal :meth:`generate`'s up to float rounding (different matmul shapes), which
+        changes a greedy pick only on a near-exact tie. Sampling, or a model with logits processors
+        or a cache the batched path does not handle, runs the rows one by one.
+
+        ``cache_keys``: per row, a KV-cache session (as ``cache_key`` in :meth:`generate`) to reuse
+        and to keep. A row also reuses the longest prefix it shares with any kept session or with a
+        row before it in the batch, so prompts sharing a system prompt encode it once."""
         config = config or GenerationConfig()
-        torch = _require("torch")
+        keys: list[str | None] = list(cache_keys) if cache_keys is not None else [None] * len(conversations)
+        if len(keys) != len(conversations):
+            raise ValueError(f"{len(conversations)} conversations but {len(keys)} cache keys")
+        if not conversations:
+            return []
+        if not self._batchable(config):
+            return [self._run(m, config, k, None, None) for m, k in zip(conversations, keys, strict=True)]
         start = time.perf_counter()
         encoded = [self._encode(m) for m in conversations]
-        width = max(len(ids) for ids in encoded)
-        pad = self._pad if self._pad is not None else 0
-        input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in encoded], device=self.model.device)
-        mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in encoded], device=self.model.device)
-        kwargs = self._generate_kwargs(encoded[0], config, None, _TimedStreamer(None), None)
-        kwargs.update(input_ids=input_ids, attention_mask=mask)
-        kwargs.pop("streamer", None)
         with self._lock:
             try:
-                out = self.model.generate(**kwargs).tolist()
+                rows = self._prefill_rows(encoded, keys)
+                decode_greedy(
+                    self.model, rows, self._stopper(config), cache_kwarg=self._cache_kwarg, new_cache=self._new_cache
+                )
             except Exception as exc:
                 raise ModelError(f"{self.name}: batch generation failed ({type(exc).__name__}: {exc})") from exc
-        results = []
-        for ids, row in zip(encoded, out, strict=True):
-            new = [t for t in row[width:]]
-            while new and new[-1] == pad and pad not in self._eos:
-                new.pop()
-            results.append(self._result(ids, _until_eos(new, self._eos), config, 0, start, None))
-        return results
+            for key, row in zip(keys, rows, strict=True):
+                if key is not None and row.kept is not None:
+                    self._sessions[key] = _Session((row.ids + row.new_ids)[: row.encoded], row.kept)
+                    self._sessions.move_to_end(key)
+            self._trim_sessions(keep=sum(k is not None for k in keys))
+        return [
+            replace(
+                self._result(r.ids, r.new_ids, config, r.cached, start, r.first_token_at),
+                latency_s=(r.done_at or time.perf_counter()) - start,
+            )
+            for r in rows
+        ]
+
+    def reserve_sessions(self, n: int) -> None:
+        """Keep at least ``n`` KV-cache sessions (a batching caller holds one per conversation in flight)."""
+        self.max_sessions = max(self.max_sessions, n)
 
     def stream(
         self,
@@ -401,6 +430,62 @@ class TransformersModel:
             if cache_key is not None:
                 self._keep_cache(cache_key, out, cache)
         return self._result(ids, out[len(ids) :], config, cached, start, timer.first_token_at)
+
+    def _batchable(self, config: GenerationConfig) -> bool:
+        """Greedy decoding with no logits processors on a model whose cache is plain ``DynamicLayer``s."""
+        if config.temperature > 0:
+            return False
+        if self._fast is None:
+            cache_utils = _require("transformers.cache_utils", "transformers")
+            layers = list(getattr(self._new_cache(), "layers", None) or [])
+            self._fast = (
+                _plain_greedy(self.model.generation_config)
+                and bool(layers)
+                and all(type(layer) is cache_utils.DynamicLayer for layer in layers)
+            )
+        return self._fast
+
+    def _stopper(self, config: GenerationConfig) -> Stopper:
+        criteria = None
+        if config.stop:
+            if config.stop not in self._stop_criteria:
+                transformers = _require("transformers")
+                self._stop_criteria[config.stop] = transformers.StopStringCriteria(self.tokenizer, list(config.stop))
+            criteria = self._stop_criteria[config.stop]
+        eos = self.model.generation_config.eos_token_id
+        eos_ids = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
+        return Stopper(eos_ids, config.max_new_tokens, criteria)
+
+    def _prefill_rows(self, encoded: list[list[int]], keys: list[str | None]) -> list[BatchRow]:
+        rows: list[BatchRow] = []
+        for ids, key in zip(encoded, keys, strict=True):
+            cache, cached = self._prefix_cache(ids, key, rows)
+            row = BatchRow(ids, cache, cached, keep=key is not None)
+            prefill(self.model, row, cache_kwarg=self._cache_kwarg)
+            rows.append(row)
+        return rows
+
+    def _prefix_cache(self, ids: list[int], key: str | None, earlier: list[BatchRow]) -> tuple[Any, int]:
+        """A cache holding the longest prefix of ``ids`` found in the row's own session (taken, cropped),
+        another kept session or an earlier row of the batch (copied); ties go to the row's own session."""
+        own = self._sessions.pop(key, None) if key is not None else None
+        sources = [] if own is None else [(own.ids, own.cache)]
+        sources += [(s.ids, s.cache) for s in reversed(self._sessions.values())]
+        sources += [(r.ids, r.cache) for r in reversed(earlier)]
+        best, best_n = None, 0
+        for source_ids, cache in sources:
+            n = min(_common_prefix(source_ids, ids), len(ids) - 1)
+            if n > best_n:
+                best, best_n = cache, n
+        if best is None:
+            return self._new_cache(), 0
+        if own is not None and best is own.cache:
+            held = best.get_seq_length()
+            if best_n < held:
+                best.crop(best_n - held)
+            return best, best_n
+        layers = [(layer.keys[:, :, :best_n], layer.values[:, :, :best_n]) for layer in best.layers]
+        return slice_cache(layers, self._new_cache), best_n
 
     def _result(
         self,
@@ -490,7 +575,11 @@ class TransformersModel:
         # generate never encodes the last sampled token, so the cache holds one id fewer.
         self._sessions[key] = _Session(out_ids[: cache.get_seq_length()], cache)
         self._sessions.move_to_end(key)
-        while len(self._sessions) > self.max_sessions:
+        self._trim_sessions()
+
+    def _trim_sessions(self, keep: int = 0) -> None:
+        """Drop least recently used sessions beyond ``max_sessions`` (never the ``keep`` newest)."""
+        while len(self._sessions) > max(self.max_sessions, keep):
             self._sessions.popitem(last=False)
 
     def _new_cache(self) -> Any:
@@ -501,9 +590,31 @@ class TransformersModel:
             return transformers.DynamicCache()
 
 
-def _until_eos(ids: list[int], eos: Any) -> list[int]:
-    """Cut a batch row after its first end-of-sequence token (later positions are padding)."""
-    for i, token in enumerate(ids):
-        if token in eos:
-            return ids[: i + 1]
-    return ids
+# generation_config fields that make ``generate(do_sample=False)`` more than an argmax (logits
+# processors, extra stopping criteria, beams); the batched path runs only when all are unset.
+_PROCESSOR_FIELDS = {
+    "repetition_penalty": (None, 1.0),
+    "encoder_repetition_penalty": (None, 1.0),
+    "no_repeat_ngram_size": (None, 0),
+    "min_length": (None, 0),
+    "min_new_tokens": (None, 0),
+    "bad_words_ids": (None,),
+    "suppress_tokens": (None,),
+    "begin_suppress_tokens": (None,),
+    "forced_bos_token_id": (None,),
+    "forced_eos_token_id": (None,),
+    "sequence_bias": (None,),
+    "exponential_decay_length_penalty": (None,),
+    "guidance_scale": (None, 1.0),
+    "renormalize_logits": (None, False),
+    "watermarking_config": (None,),
+    "stop_strings": (None,),
+    "forced_decoder_ids": (None,),
+    "num_beams": (None, 1),
+    "prompt_lookup_num_tokens": (None,),
+}
+
+
+def _plain_greedy(generation_config: Any) -> bool:
+    """True when ``generate(do_sample=False)`` with this config is a plain argmax (no logits processor)."""
+    return all(getattr(generation_config, name, None) in allowed for name, allowed in _PROCESSOR_FIELDS.items())

@@ -250,41 +250,80 @@ def _targets(pack: Pack) -> tuple[list[tuple[int, int]], list[int]]:
     return where, targets
 
 
-def _prefix_cache_hidden(body: Any, pack: Pack, pad_id: int) -> tuple[Any, Any]:
-    """``(prefix hidden (P, d), continuation hidden (B, L, d))`` with the prefix encoded once."""
+def length_buckets(lengths: Sequence[int], *, max_rows: int = 8, max_waste: float = 0.2) -> list[list[int]]:
+    """Row indices in sub-batches of similar length (longest first): a bucket closes at ``max_rows``
+    or when padding to its longest row would waste more than ``max_waste`` of its tokens, so a
+    right-padded forward computes close to the real token count."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    buckets: list[list[int]] = []
+    for i in order:
+        bucket = buckets[-1] if buckets else None
+        if bucket is not None and len(bucket) < max_rows:
+            real = sum(lengths[j] for j in bucket) + lengths[i]
+            if lengths[bucket[0]] * (len(bucket) + 1) <= (1 + max_waste) * real:
+                bucket.append(i)
+                continue
+        buckets.append([i])
+    return buckets
+
+
+def _run_continuations(body: Any, pack: Pack, rows: list[int], cache: Any, pad_id: int) -> Any:
+    """Hidden states ``(len(rows), L, d)`` of some continuations, right-padded, on top of the prefix
+    ``cache`` (its keys/values expanded to the sub-batch; autograd flows into the prefix)."""
     import torch
     from transformers import DynamicCache
 
-    device = body.device if hasattr(body, "device") else next(body.parameters()).device
-    kw = _cache_kwarg(body)
+    device = next(body.parameters()).device
     n_prefix = len(pack.prefix)
-    width = max(len(c) for c in pack.continuations)
-    batch = len(pack.continuations)
+    conts = [pack.continuations[i] for i in rows]
+    width, batch = max(len(c) for c in conts), len(conts)
     ids = torch.full((batch, width), pad_id, dtype=torch.long, device=device)
     mask = torch.zeros((batch, n_prefix + width), dtype=torch.long, device=device)
     mask[:, :n_prefix] = 1
-    for i, cont in enumerate(pack.continuations):
-        ids[i, : len(cont)] = torch.tensor(cont, device=device)
-        mask[i, n_prefix : n_prefix + len(cont)] = 1
+    for k, cont in enumerate(conts):
+        ids[k, : len(cont)] = torch.tensor(cont, device=device)
+        mask[k, n_prefix : n_prefix + len(cont)] = 1
     positions = torch.arange(n_prefix, n_prefix + width, device=device).expand(batch, width)
-    if n_prefix == 0:
-        out = body(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False)
-        return None, out.last_hidden_state
-    prefix_ids = torch.tensor([pack.prefix], device=device)
-    head = body(
-        input_ids=prefix_ids,
-        position_ids=torch.arange(n_prefix, device=device)[None],
-        use_cache=True,
-        **{kw: DynamicCache()},
-    )
-    cache: Any = getattr(head, "cache", None) or getattr(head, "past_key_values", None)
-    shared = DynamicCache(
-        ddp_cache_data=[
-            (layer.keys.expand(batch, -1, -1, -1), layer.values.expand(batch, -1, -1, -1)) for layer in cache.layers
-        ]
-    )
-    out = body(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **{kw: shared})
-    return head.last_hidden_state[0], out.last_hidden_state
+    kwargs: dict[str, Any] = {}
+    if cache is not None:
+        kwargs[_cache_kwarg(body)] = DynamicCache(
+            ddp_cache_data=[
+                (layer.keys.expand(batch, -1, -1, -1), layer.values.expand(batch, -1, -1, -1)) for layer in cache.layers
+            ]
+        )
+    out = body(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=cache is not None, **kwargs)
+    return out.last_hidden_state
+
+
+def _prefix_cache_hidden(body: Any, pack: Pack, pad_id: int, where: list[tuple[int, int]]) -> tuple[Any, Any]:
+    """``(prefix hidden (P, d) or None, hidden (T, d) of each trained token's predecessor)``: the
+    prefix is encoded once, the continuations in length buckets on top of its cache."""
+    import torch
+    from transformers import DynamicCache
+
+    device = next(body.parameters()).device
+    n_prefix = len(pack.prefix)
+    cache: Any = None
+    prefix_hidden = None
+    if n_prefix:
+        head = body(
+            input_ids=torch.tensor([pack.prefix], device=device),
+            position_ids=torch.arange(n_prefix, device=device)[None],
+            use_cache=True,
+            **{_cache_kwarg(body): DynamicCache()},
+        )
+        cache = getattr(head, "cache", None) or getattr(head, "past_key_values", None)
+        prefix_hidden = head.last_hidden_state[0]
+    slot: dict[int, tuple[int, int]] = {}
+    hidden = []
+    for b, rows in enumerate(length_buckets([len(c) for c in pack.continuations])):
+        hidden.append(_run_continuations(body, pack, rows, cache, pad_id))
+        slot.update({row: (b, k) for k, row in enumerate(rows)})
+    picked = []
+    for row, j in where:
+        b, k = slot[row]
+        picked.append(hidden[b][k, max(j, 0)] if j >= 0 or prefix_hidden is None else prefix_hidden[-1])
+    return prefix_hidden, torch.stack(picked)
 
 
 def _block_mask_hidden(body: Any, pack: Pack) -> tuple[Any, Any]:
@@ -334,9 +373,9 @@ def pack_loss(
     enabled = dtype is not None
     with torch.autocast(device_type=device.type, dtype=dtype or torch.bfloat16, enabled=enabled):
         if attention == "prefix-cache":
-            prefix_hidden, cont_hidden = _prefix_cache_hidden(body, pack, pad_id)
-        else:
-            prefix_hidden, cont_hidden = _block_mask_hidden(body, pack)
+            _, gathered = _prefix_cache_hidden(body, pack, pad_id, where)
+            return _head_loss(head, gathered, torch.tensor(targets, device=device)), len(targets)
+        prefix_hidden, cont_hidden = _block_mask_hidden(body, pack)
     rows = torch.tensor([i for i, _ in where], device=device)
     cols = torch.tensor([max(j, 0) for _, j in where], device=device)
     gathered = cont_hidden[rows, cols]

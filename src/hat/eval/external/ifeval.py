@@ -304,11 +304,12 @@ def generate_responses(
     *,
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
     progress: Progress | None = None,
-    batch_size: int = 8,
+    batch_size: int = 16,
 ) -> list[str]:
     """One greedy answer per prompt: a single user message through the model's chat template.
-    Backends with ``generate_batch`` (transformers) get prompts in length-sorted batches of
-    ``batch_size``, several times faster on a CPU."""
+    Backends with ``generate_batch`` (transformers) decode ``batch_size`` prompts at once, several
+    times faster on a CPU, with the answers of one-at-a-time greedy decoding; prompts go in
+    length-sorted batches (similar prompts, and the template's shared system prompt encoded once)."""
     config = GenerationConfig(max_new_tokens=max_new_tokens)
     if hasattr(model, "generate_batch") and batch_size > 1:
         return _generate_batched(model, docs, config, batch_size, progress)

@@ -1,0 +1,190 @@
+"""Step many synchronous callers' model calls together: a :class:`Model` that batches across threads.
+
+The agent runtime is synchronous: ``Agent.respond`` calls ``model.generate`` once per round and
+waits. To decode many episodes' rounds together without touching the runtime, ``hat eval`` runs
+each episode on its own worker thread, all sharing one :class:`BatchingModel`. A worker's
+``generate`` queues its request and blocks; one scheduler thread waits until **every live worker
+is blocked in ``generate``** (or has retired), then runs all waiting requests as one call of the
+inner backend's ``generate_batch`` and hands each worker its :class:`Generation`.
+
+Why wait for every worker rather than a timer or a size: the batch is then as full as it can be
+(a worker busy with tools or judges is worth waiting for: it is about to ask), and it is the same
+batch on every run. Which requests are waiting at each step depends only on the cases, not on
+thread timing, and requests are ordered by their tag (the case index), so a batched run is
+repeatable. Per-conversation KV caches are kept under ``<cache_key>#<tag>``, so each episode's
+rounds reuse its own cache (the inner model is asked to hold one session per worker).
+
+Liveness: a worker that finishes (or raises) calls :meth:`BatchingModel.retire`, which the
+scheduler counts, so it never waits for a thread that will not ask again. If the batched call
+fails, each request is retried alone through the inner ``generate``, so one bad conversation fails
+only its own episode, as it would unbatched. Calls from threads that are not workers (no tag) go
+straight to the inner model.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from hat.errors import ModelError
+from hat.models.base import Generation, GenerationConfig, Message, Model
+
+__all__ = ["BatchingModel", "supports_batching"]
+
+
+def supports_batching(model: Model) -> bool:
+    """Whether ``model`` has ``generate_batch(conversations, config, *, cache_keys=…)``."""
+    method = getattr(model, "generate_batch", None)
+    if not callable(method):
+        return False
+    try:
+        return "cache_keys" in inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+@dataclass(eq=False)
+class _Request:
+    tag: int
+    messages: list[Message]
+    config: GenerationConfig
+    cache_key: str | None
+    result: Generation | None = None
+    error: BaseException | None = None
+    done: bool = False
+
+
+class BatchingModel:
+    """Wraps a model with ``generate_batch``; ``workers`` threads will call :meth:`generate`.
+
+    Each worker thread tags its calls with :meth:`tagged` (the case index) and calls :meth:`retire`
+    when it has no more work. Use as a context manager, or call :meth:`close`."""
+
+    def __init__(self, inner: Any, *, workers: int) -> None:
+        if not supports_batching(inner):
+            raise TypeError(f"{getattr(inner, 'name', inner)!r} has no generate_batch(..., cache_keys=...)")
+        self.inner = inner
+        self.name: str = inner.name
+        self.batches: list[int] = []  # the size of every batch run, in order (for reports and tests)
+        self._live = workers
+        self._pending: list[_Request] = []
+        self._closed = False
+        self._cond = threading.Condition()
+        self._local = threading.local()
+        reserve = getattr(inner, "reserve_sessions", None)
+        if callable(reserve):
+            reserve(2 * workers)  # one per case in flight, plus as many finished ones to share prefixes
+        self._thread = threading.Thread(target=self._schedule, name=f"hat-batch-{self.name}", daemon=True)
+        self._thread.start()
+
+    def __enter__(self) -> BatchingModel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- worker side ---------------------------------------------------------------------------
+    @contextmanager
+    def tagged(self, tag: int) -> Iterator[None]:
+        """Calls of this thread inside the block belong to conversation ``tag`` (orders the batch)."""
+        self._local.tag = tag
+        try:
+            yield
+        finally:
+            self._local.tag = None
+
+    def retire(self) -> None:
+        """This worker will make no more calls."""
+        with self._cond:
+            self._live -= 1
+            self._cond.notify_all()
+
+    def generate(
+        self,
+        messages: Sequence[Message],
+        config: GenerationConfig | None = None,
+        *,
+        cache_key: str | None = None,
+    ) -> Generation:
+        tag = getattr(self._local, "tag", None)
+        if tag is None:
+            return self.inner.generate(messages, config, cache_key=cache_key)  # type: ignore[no-any-return]
+        request = _Request(tag, list(messages), config or GenerationConfig(), cache_key)
+        with self._cond:
+            if self._closed:
+                raise ModelError(f"{self.name}: the batching scheduler is closed")
+            self._pending.append(request)
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: request.done)
+        if request.error is not None:
+            raise request.error
+        assert request.result is not None
+        return request.result
+
+    def stream(
+        self,
+        messages: Sequence[Message],
+        config: GenerationConfig | None = None,
+        *,
+        cache_key: str | None = None,
+    ) -> Iterator[str]:
+        """Not batched: streams straight from the inner model."""
+        return self.inner.stream(messages, config, cache_key=cache_key)  # type: ignore[no-any-return]
+
+    def close(self, *, wait: bool = True) -> None:
+        """Stop the scheduler after the batch in flight (waiting for it unless ``wait`` is false);
+        requests still waiting fail with :class:`ModelError`."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if wait and threading.current_thread() is not self._thread:
+            self._thread.join()
+
+    # -- scheduler side ------------------------------------------------------------------------
+    def _ready(self) -> bool:
+        return self._closed or (bool(self._pending) and len(self._pending) >= self._live)
+
+    def _schedule(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(self._ready)
+                batch = sorted(self._pending, key=lambda r: r.tag)
+                self._pending.clear()
+                if self._closed:
+                    for request in batch:
+                        request.error = ModelError(f"{self.name}: the batching scheduler is closed")
+                        request.done = True
+                    self._cond.notify_all()
+                    return
+            self._run(batch)
+            with self._cond:
+                for request in batch:
+                    request.done = True
+                self._cond.notify_all()
+
+    def _run(self, batch: list[_Request]) -> None:
+        """Fill every request's result or error; never raises."""
+        groups: dict[GenerationConfig, list[_Request]] = {}
+        for request in batch:
+            groups.setdefault(request.config, []).append(request)
+        for config, requests in groups.items():
+            self.batches.append(len(requests))
+            keys = [None if r.cache_key is None else f"{r.cache_key}#{r.tag}" for r in requests]
+            try:
+                results = self.inner.generate_batch([r.messages for r in requests], config, cache_keys=keys)
+            except Exception:
+                self._run_alone(requests, config, keys)
+                continue
+            for request, result in zip(requests, results, strict=True):
+                request.result = result
+
+    def _run_alone(self, requests: list[_Request], config: GenerationConfig, keys: list[str | None]) -> None:
+        for request, key in zip(requests, keys, strict=True):
+            try:
+                request.result = self.inner.generate(request.messages, config, cache_key=key)
+            except Exception as exc:
+                request.error = exc
