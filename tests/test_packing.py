@@ -268,3 +268,19 @@ def test_length_buckets_bound_padding_and_keep_every_row() -> None:
         longest, real = max(lengths[i] for i in bucket), sum(lengths[i] for i in bucket)
         assert longest * len(bucket) <= 1.2 * real
     assert [sorted(b) for b in buckets] == [[0, 2, 4], [6], [1, 3, 5]]
+
+
+def test_bf16_loss_curve_follows_float32_on_a_fixed_batch(
+    tiny: tuple[Path, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    from hat.train.sft import train_sft
+
+    model, rows = tiny
+    curves = {}
+    for name, flag in (("fp32", False), ("bf16", True)):
+        out = tmp_path / name
+        train_sft(_cfg(out, model, max_steps=6, save_steps=100, lora_dropout=0.0, autocast_bf16=flag), rows[:2])
+        curves[name] = [json.loads(x)["loss"] for x in (out / "steps.jsonl").read_text().splitlines()]
+    assert curves["fp32"][-1] < curves["fp32"][0]  # it learned
+    assert curves["bf16"] != curves["fp32"]  # bf16 really ran
+    assert curves["bf16"] == pytest.approx(curves["fp32"], rel=0.03)
