@@ -212,6 +212,8 @@ def test_resume_is_bit_for_bit_and_checkpoints_are_whole(
     straight = train_sft(_cfg(tmp_path / "a", model), rows)
     train_sft(_cfg(tmp_path / "b", model), rows, callbacks=[_StopAt(2)])  # interrupted after step 2
     (tmp_path / "b" / ".staging-checkpoint" / "checkpoint-3").mkdir(parents=True)  # a crash mid-save
+    with open(tmp_path / "b" / "steps.jsonl", "a") as fh:
+        fh.write('{"loss": 7.1, "rows": 2, "st')  # ... and mid-write of the step log
     resumed = train_sft(_cfg(tmp_path / "b", model, resume_from_checkpoint="latest"), rows)
     assert straight.global_step == resumed.global_step == 4
     a, b = _adapter(tmp_path / "a"), _adapter(tmp_path / "b")

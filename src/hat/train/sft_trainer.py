@@ -43,6 +43,14 @@ def collate_packs(features: list[dict[str, Any]]) -> dict[str, Any]:
     return {"packs": [Pack.from_dict(f) for f in features]}
 
 
+def _step(line: str) -> float:
+    """A log line's step; a blank or torn line (a crash mid-write) sorts after every step."""
+    try:
+        return float(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return float("inf")
+
+
 class _StepLog(TrainerCallback):  # type: ignore[misc]
     """Appends one JSON line per optimizer step to ``steps.jsonl`` (see the module docstring)."""
 
@@ -53,23 +61,24 @@ class _StepLog(TrainerCallback):  # type: ignore[misc]
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         path = Path(args.output_dir) / STEPS_FILE
         if path.is_file():  # resume: keep only the steps the restored checkpoint has seen
-            kept = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-            kept = [line for line in kept if json.loads(line)["step"] <= state.global_step]
-            path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+            kept = [line for line in path.read_text(encoding="utf-8").splitlines() if _step(line) <= state.global_step]
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+            os.replace(tmp, path)
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.started = time.perf_counter()
         self.trainer.reset_counters()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        counters = self.trainer.counters
+        counters = dict(self.trainer.counters)
+        loss_sum = counters.pop("loss_sum", 0.0)
         line = {
             "step": state.global_step,
             "wall_s": round(time.perf_counter() - self.started, 4),
             **counters,
-            "loss": round(counters.pop("loss_sum", 0.0) / max(1, counters["trained_tokens"]), 6),
+            "loss": round(loss_sum / max(1, counters["trained_tokens"]), 6),
         }
-        line.pop("loss_sum", None)
         Path(args.output_dir).mkdir(parents=True, exist_ok=True)
         with open(Path(args.output_dir) / STEPS_FILE, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(line, sort_keys=True) + "\n")
