@@ -189,30 +189,14 @@ def cases() -> list[Case]:
 
 @pytest.fixture(scope="module")
 def tiny_spec(tmp_path_factory: pytest.TempPathFactory, cases: list[Case]) -> str:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
+    from conftest import save_tiny_llama
     from test_datagen import build_tokenizer
 
     oracle = run_cases("t1", cases, "oracle")
     texts = [m["content"] for c in oracle.cases for m in c.trace.to_messages()]
     tokenizer = build_tokenizer(texts, vocab_size=1500)
     folder = tmp_path_factory.mktemp("tiny-llama-eval")
-    tokenizer.save_pretrained(folder)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        initializer_range=0.3,  # peaked logits: greedy choices are far from ties
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=None,
-    )
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(folder)
+    save_tiny_llama(folder, tokenizer)
     return f"hf:{folder}"
 
 

@@ -152,8 +152,7 @@ def test_one_comment_per_snapshot_keeps_the_evaluation_episodes() -> None:
 # -- the packed trainer ---------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]]]:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
+    from conftest import save_tiny_llama
     from test_datagen import build_tokenizer
 
     data = tmp_path_factory.mktemp("pk-data") / "data"
@@ -161,14 +160,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str,
     rows = load_rows(data)
     folder = tmp_path_factory.mktemp("pk-model")
     tokenizer = build_tokenizer([m["content"] for r in rows for m in r["messages"]], vocab_size=1500)
-    tokenizer.save_pretrained(folder)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=4096, initializer_range=0.3, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(folder)
+    save_tiny_llama(folder, tokenizer)
     return folder, rows
 
 
