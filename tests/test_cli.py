@@ -30,6 +30,8 @@ def test_init_validate_hash_diff(tmp_path):
     tool = target / "tools" / "get_price.yaml"
     tool.write_text(tool.read_text().replace("name: get_price", "name: price_lookup"))
     tool.rename(target / "tools" / "price_lookup.yaml")
+    for skill in (target / "skills").glob("*/SKILL.md"):
+        skill.write_text(skill.read_text().replace("`get_price`", "`price_lookup`"))
     result = runner.invoke(app, ["harness", "diff", "livestream", str(target), "--json"])
     assert result.exit_code == 1
     diff = json.loads(result.output)

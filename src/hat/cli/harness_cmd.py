@@ -1,4 +1,8 @@
-"""``hat harness …``: init, validate, diff, hash."""
+"""``hat harness …``: init, validate, diff, hash.
+
+None of these runs harness code: loading and validation read ``hooks.py`` and binding targets
+statically (see :mod:`hat.harness.static_check`), so they are safe on a folder nobody has vetted.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ import typer
 from rich.console import Console
 
 from hat.errors import HarnessError
-from hat.harness.loader import load_harness, resolve_harness_path, validate_harness
+from hat.harness.loader import check_harness, load_harness, resolve_harness_path
 from hat.harness.state import SectionDiff, diff_harness
 
 app = typer.Typer(help="Create, check and compare harness folders.", no_args_is_help=True)
@@ -49,15 +53,32 @@ def init(
 
 
 @app.command()
-def validate(ref: str = typer.Argument(..., help="Harness folder or built-in name.")) -> None:
-    """Check a harness; exit 0 when valid, 2 with every problem (file:line) otherwise."""
-    problems = validate_harness(ref)
-    if problems:
-        err.print(f"[red]{ref}: {len(problems)} problem(s)[/]")
-        for p in problems:
+def validate(
+    ref: str = typer.Argument(..., help="Harness folder or built-in name."),
+    as_json: bool = typer.Option(False, "--json", help="Print errors, warnings and MCP commands as JSON."),
+    strict: bool = typer.Option(False, "--strict", help="Fail (exit 2) on warnings too."),
+) -> None:
+    """Check a harness without running any of its code; exit 0 when valid, 2 with every problem
+    (file:line) otherwise. Warnings (e.g. a block that needs a product to render) are shown but
+    pass unless --strict; the command lines of the harness's MCP servers are listed for review."""
+    check = check_harness(ref)
+    failed = not check.ok or (strict and bool(check.warnings))
+    if as_json:
+        print(json.dumps({**check.to_dict(), "strict": strict, "passed": not failed}, indent=2, ensure_ascii=False))
+        raise typer.Exit(2 if failed else 0)
+    if check.errors:
+        err.print(f"[red]{ref}: {len(check.errors)} problem(s)[/]")
+        for p in check.errors:
             err.print(f"  {p}", markup=False, soft_wrap=True, highlight=False)
+    if check.warnings:
+        err.print(f"[yellow]{ref}: {len(check.warnings)} warning(s)[/]")
+        for p in check.warnings:
+            err.print(f"  {p}", markup=False, soft_wrap=True, highlight=False)
+    for name, command in check.mcp_commands.items():
+        out.print(f"MCP server {name!r} runs: {command}", markup=False, soft_wrap=True, highlight=False)
+    if failed or check.harness is None:
         raise typer.Exit(2)
-    harness = load_harness(ref)
+    harness = check.harness
     out.print(
         f"[green]ok[/] {harness.name} {harness.version}: {len(harness.skills)} skills, {len(harness.tools)} tools, "
         f"{len(harness.pipeline)} blocks, {len(harness.hooks)} hooks (hash {harness.short_hash})"

@@ -5,18 +5,37 @@ Layout (see DESIGN.md)::
     my-harness/
       harness.yaml            name, version, pipeline, limits, output, hooks, mcp_servers, settings
       skills/<name>/SKILL.md  Agent Skills: YAML front matter (name, description, metadata) + rules
-      tools/<name>.yaml       name, description, JSON-schema parameters, binding, timeout_s, metadata
+      tools/<name>.yaml       name, description, JSON-schema parameters, binding, timeout_s, metadata,
+                              idempotent
       prompts/<block>.md      Jinja prompt block templates
       hooks.py                optional project hooks (``hooks:ClassName`` in harness.yaml)
 
 Validation collects *every* problem (file and, where known, line) before raising one
 :class:`~hat.errors.HarnessValidationError`; nothing is ever half-loaded. Line numbers come from
 PyYAML's node marks, so ``hat harness validate`` points at the offending entry, not just the file.
+
+Loading and validating never run harness code: ``hooks.py`` and ``python:`` binding targets are
+read statically, MCP servers are not started (:mod:`hat.harness.static_check`). Code runs when an
+:class:`~hat.harness.runtime.Agent` is built for the harness (to serve or run it). Beyond the files'
+own shape, validation checks what would otherwise fail on every request or leak out of the folder:
+
+- every prompt block is dry-rendered against a sample room, product and FAQ
+  (:func:`~hat.harness.pipeline.dry_render`): a block that cannot render is an error, one that
+  renders only when a room and product are given is a warning;
+- a file that resolves outside the harness folder (a symlink pointing out) is an error, and is
+  never read;
+- a skill or rendered block naming a renamed tool by its old name is an error; another unknown
+  tool-like name is a warning (:func:`~hat.harness.static_check.tool_references`);
+- the binding policy (stdlib refused, ``trusted_modules``) and the MCP command policy.
+
+Warnings never stop a load or a reload; :func:`check_harness` returns them (and the MCP command
+lines the harness would run) for ``hat harness validate``, which fails on them with ``--strict``.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,12 +46,23 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from hat.errors import HarnessError, HarnessValidationError, Problem
+from hat.harness.pipeline import SAMPLE_PRODUCT, SAMPLE_ROOM, dry_render, sample_context
 from hat.harness.state import Harness, HookSpec, Limits, OutputFormat, PromptBlock, Skill, ToolSpec
+from hat.harness.static_check import check_mcp_server, escaping_paths, is_denied_module, tool_references
 
-__all__ = ["BUILTIN_HARNESSES", "load_harness", "resolve_harness_path", "save_harness", "validate_harness"]
+__all__ = [
+    "BUILTIN_HARNESSES",
+    "HarnessCheck",
+    "check_harness",
+    "load_harness",
+    "resolve_harness_path",
+    "save_harness",
+    "validate_harness",
+]
 
 SKILL_NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 TOOL_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$")
+MODULE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 HARNESS_KEYS = {
     "name",
     "version",
@@ -44,6 +74,7 @@ HARNESS_KEYS = {
     "mcp_servers",
     "settings",
     "order",
+    "trusted_modules",
 }
 BUILTIN_HARNESSES = ("livestream",)
 
@@ -104,7 +135,18 @@ def _parse_yaml(text: str, file: str, problems: list[Problem], line_offset: int 
     return _Doc(data, {k: v + line_offset for k, v in lines.items()})
 
 
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        return path.resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError):  # a symlink loop
+        return False
+
+
 def _read(path: Path, root: Path, problems: list[Problem]) -> str | None:
+    """The file's text; None (and a problem) when unreadable. A file that resolves outside the
+    harness is never read (``_load_parts`` reports it once, as a symlink pointing out)."""
+    if not _inside(path, root):
+        return None
     try:
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -194,6 +236,8 @@ def _load_tool(file: Path, root: Path, problems: list[Problem]) -> ToolSpec | No
     timeout = data.get("timeout_s")
     if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
         problems.append(Problem(rel, "timeout_s must be a positive number", doc.line("timeout_s")))
+    if not isinstance(data.get("idempotent", False), bool):
+        problems.append(Problem(rel, "idempotent must be true or false", doc.line("idempotent")))
     if len(problems) > before:
         return None
     return ToolSpec(
@@ -203,6 +247,7 @@ def _load_tool(file: Path, root: Path, problems: list[Problem]) -> ToolSpec | No
         binding=data["binding"],
         timeout_s=float(timeout) if timeout is not None else None,
         metadata=data.get("metadata") or {},
+        idempotent=data.get("idempotent", False),
     )
 
 
@@ -302,6 +347,24 @@ def _load_hooks(doc: _Doc, rel: str, problems: list[Problem]) -> list[HookSpec]:
     return hooks
 
 
+def _load_trusted(doc: _Doc, rel: str, problems: list[Problem]) -> tuple[str, ...]:
+    raw = doc.data.get("trusted_modules") or []
+    line = doc.line("trusted_modules")
+    if not isinstance(raw, list) or not all(isinstance(m, str) and MODULE_NAME_RE.match(m) for m in raw):
+        problems.append(Problem(rel, "'trusted_modules' must be a list of module names (e.g. my_company.tools)", line))
+        return ()
+    for i, module in enumerate(raw):
+        if is_denied_module(module):
+            problems.append(
+                Problem(
+                    rel,
+                    f"trusted_modules: {module!r} is in the standard library, which bindings may not use",
+                    doc.line("trusted_modules", i),
+                )
+            )
+    return tuple(raw)
+
+
 def _load_pipeline(doc: _Doc, rel: str, problems: list[Problem]) -> list[str]:
     raw = doc.data.get("pipeline")
     if not isinstance(raw, list) or not all(isinstance(b, str) for b in raw) or not raw:
@@ -310,25 +373,37 @@ def _load_pipeline(doc: _Doc, rel: str, problems: list[Problem]) -> list[str]:
     return list(raw)
 
 
-def _cross_check(harness: Harness, doc: _Doc, rel: str, root: Path, problems: list[Problem]) -> None:
-    """Checks that need more than one file: names unique, references resolve, bindings import."""
-    from hat.harness.hooks import check_hook_spec  # local: hooks imports the runtime's types
-    from hat.harness.tools import check_binding
+def _cross_check(
+    harness: Harness, doc: _Doc, rel: str, root: Path, problems: list[Problem], warnings: list[Problem]
+) -> None:
+    """Checks that need more than one file: names unique, references resolve, bindings exist."""
+    _check_pipeline(harness, doc, rel, root, problems)
+    _check_tools(harness, doc, rel, root, problems)
+    _check_hooks(harness, doc, rel, problems)
+    _check_mcp_servers(harness, doc, rel, problems)
+    rendered = _check_rendering(harness, problems, warnings)
+    _check_references(harness, root, rendered, problems, warnings)
 
+
+def _check_pipeline(harness: Harness, doc: _Doc, rel: str, root: Path, problems: list[Problem]) -> None:
     block_ids = {b.id for b in harness.blocks}
     for i, block_id in enumerate(harness.pipeline):
-        if block_id not in block_ids:
-            problems.append(
-                Problem(
-                    rel,
-                    f"pipeline block {block_id!r} does not exist (no prompts/{block_id}.md)",
-                    doc.line("pipeline", i),
-                )
+        if block_id in block_ids or (root / "prompts" / f"{block_id}.md").is_file():
+            continue  # a file that exists but did not load has its own problem already
+        problems.append(
+            Problem(
+                rel, f"pipeline block {block_id!r} does not exist (no prompts/{block_id}.md)", doc.line("pipeline", i)
             )
+        )
+
+
+def _check_tools(harness: Harness, doc: _Doc, rel: str, root: Path, problems: list[Problem]) -> None:
+    from hat.harness.tools import check_binding  # local: tools imports the runtime's types
+
     seen: dict[str, int] = {}
     for tool in harness.tools:
         seen[tool.name] = seen.get(tool.name, 0) + 1
-        error = check_binding(tool.binding, harness.mcp_servers)
+        error = check_binding(tool.binding, harness.mcp_servers, root=harness.root, trusted=harness.trusted_modules)
         if error:
             problems.append(Problem(f"tools/{_tool_file(root, tool.name)}", error))
     for name, count in seen.items():
@@ -342,14 +417,58 @@ def _cross_check(harness: Harness, doc: _Doc, rel: str, root: Path, problems: li
                 doc.line("output", "skill_tool"),
             )
         )
+
+
+def _check_hooks(harness: Harness, doc: _Doc, rel: str, problems: list[Problem]) -> None:
+    from hat.harness.hooks import check_hook_spec  # local: hooks imports the runtime's types
+
     for i, spec in enumerate(harness.hooks):
         error = check_hook_spec(spec, harness)
         if error:
             problems.append(Problem(rel, error, doc.line("hooks", i)))
 
 
+def _check_mcp_servers(harness: Harness, doc: _Doc, rel: str, problems: list[Problem]) -> None:
+    for name, raw in harness.mcp_servers.items():
+        error, _ = check_mcp_server(str(name), raw)
+        if error:
+            problems.append(Problem(rel, error, doc.line("mcp_servers", name)))
+
+
+def _check_rendering(harness: Harness, problems: list[Problem], warnings: list[Problem]) -> dict[str, str]:
+    """Dry-render every block; returns the rendered text of those that rendered."""
+    rendered = {}
+    for check in dry_render(harness):
+        file = f"prompts/{check.block_id}.md"
+        if check.error:
+            problems.append(Problem(file, f"prompt block {check.block_id!r} {check.error}", check.line))
+            continue
+        if check.warning:
+            warnings.append(Problem(file, f"prompt block {check.block_id!r} {check.warning}", check.line))
+        rendered[check.block_id] = check.text or ""
+    return rendered
+
+
+def _check_references(
+    harness: Harness, root: Path, rendered: Mapping[str, str], problems: list[Problem], warnings: list[Problem]
+) -> None:
+    texts = []
+    for skill in harness.skills:
+        file = root / "skills" / skill.name / "SKILL.md"
+        source = (_read(file, root, []) or "") if file.is_file() else ""
+        texts.append((_rel(file, root), f"{skill.description}\n{skill.body}", source))
+    for block in harness.blocks:
+        if block.id in rendered:
+            texts.append((f"prompts/{block.id}.md", rendered[block.id], block.template))
+    keys = [*sample_context(harness), *SAMPLE_ROOM, *SAMPLE_PRODUCT]
+    for ref in tool_references(harness, texts, keys):
+        (problems if ref.error else warnings).append(Problem(ref.file, ref.message, ref.line))
+
+
 def _tool_file(root: Path, name: str) -> str:
     for file in sorted((root / "tools").glob("*.y*ml")):
+        if not _inside(file, root):
+            continue
         try:
             if (yaml.safe_load(file.read_text(encoding="utf-8")) or {}).get("name") == name:
                 return file.name
@@ -373,11 +492,14 @@ def _apply_order(items: list[Any], key: str, doc: _Doc, rel: str, problems: list
     return sorted(items, key=lambda i: (rank.get(i.name, len(rank)), names.index(i.name)))
 
 
-def _load_parts(root: Path, problems: list[Problem]) -> Harness | None:
+def _load_parts(root: Path, problems: list[Problem], warnings: list[Problem] | None = None) -> Harness | None:
     rel = "harness.yaml"
+    for path in escaping_paths(root):
+        problems.append(Problem(path, "resolves outside the harness folder (a symlink); copy the file in instead"))
     text = _read(root / rel, root, problems) if (root / rel).is_file() else None
     if text is None:
-        problems.append(Problem(rel, "missing harness.yaml; create one (see `hat harness init`)"))
+        if not any(p.file == rel for p in problems):
+            problems.append(Problem(rel, "missing harness.yaml; create one (see `hat harness init`)"))
         return None
     doc = _parse_yaml(text, rel, problems)
     if doc is not None and not isinstance(doc.data, dict):
@@ -398,6 +520,7 @@ def _load_parts(root: Path, problems: list[Problem]) -> Harness | None:
     skills = _apply_order(skills, "skills", doc, rel, problems)
     tools = _apply_order(tools, "tools", doc, rel, problems)
     hooks_file = root / "hooks.py"
+    hooks_source = (_read(hooks_file, root, problems) or "") if hooks_file.is_file() else ""
     harness = Harness(
         name=str(doc.data.get("name") or root.name),
         version=str(doc.data.get("version") or "0"),
@@ -411,22 +534,61 @@ def _load_parts(root: Path, problems: list[Problem]) -> Harness | None:
         output=_load_output(doc, rel, problems),
         mcp_servers=_as_mapping(doc, "mcp_servers", rel, problems),
         settings=_as_mapping(doc, "settings", rel, problems),
-        hooks_source=hooks_file.read_text(encoding="utf-8") if hooks_file.is_file() else "",
+        hooks_source=hooks_source,
+        trusted_modules=_load_trusted(doc, rel, problems),
         root=str(root.resolve()),
     )
-    _cross_check(harness, doc, rel, root, problems)
+    _cross_check(harness, doc, rel, root, problems, warnings if warnings is not None else [])
     return harness
 
 
-def validate_harness(ref: str | Path) -> list[Problem]:
-    """Every problem in the harness (empty list when it is valid)."""
+@dataclass(frozen=True)
+class HarnessCheck:
+    """What validation found. ``errors`` make the harness invalid (load and reload refuse it);
+    ``warnings`` do not; ``mcp_commands`` maps each MCP server to the command line it would run,
+    for the operator to read; ``harness`` is the loaded harness when there are no errors."""
+
+    errors: tuple[Problem, ...]
+    warnings: tuple[Problem, ...] = ()
+    mcp_commands: Mapping[str, str] = field(default_factory=dict)
+    harness: Harness | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors and self.harness is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        item = lambda p: {"file": p.file, "line": p.line, "message": p.message}  # noqa: E731
+        h = self.harness
+        return {
+            "ok": self.ok,
+            "errors": [item(p) for p in self.errors],
+            "warnings": [item(p) for p in self.warnings],
+            "mcp_commands": dict(self.mcp_commands),
+            "harness": {"name": h.name, "version": h.version, "hash": h.content_hash()} if h and self.ok else None,
+        }
+
+
+def check_harness(ref: str | Path) -> HarnessCheck:
+    """Validate without raising: errors, warnings and the MCP command lines. Runs no harness code."""
     problems: list[Problem] = []
+    warnings: list[Problem] = []
     try:
         root = resolve_harness_path(ref)
     except HarnessError as exc:
-        return [Problem(str(ref), str(exc))]
-    _load_parts(root, problems)
-    return problems
+        return HarnessCheck((Problem(str(ref), str(exc)),))
+    harness = _load_parts(root, problems, warnings)
+    commands = {}
+    for name, raw in (harness.mcp_servers if harness else {}).items():
+        _, line = check_mcp_server(str(name), raw)
+        if line:
+            commands[str(name)] = line
+    return HarnessCheck(tuple(problems), tuple(warnings), commands, None if problems else harness)
+
+
+def validate_harness(ref: str | Path) -> list[Problem]:
+    """Every problem in the harness (empty list when it is valid); warnings: :func:`check_harness`."""
+    return list(check_harness(ref).errors)
 
 
 def load_harness(ref: str | Path) -> Harness:
@@ -459,6 +621,8 @@ def save_harness(harness: Harness, folder: str | Path, overwrite: bool = False) 
     d = harness.to_dict()
     head = {k: d[k] for k in ("name", "version", "description", "pipeline", "limits", "output", "hooks")}
     head["mcp_servers"], head["settings"] = d["mcp_servers"], d["settings"]
+    if harness.trusted_modules:
+        head["trusted_modules"] = list(harness.trusted_modules)
     order = {}
     for key, items in (("skills", harness.skills), ("tools", harness.tools)):
         names = [i.name for i in items]
