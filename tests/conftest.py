@@ -42,6 +42,7 @@ def write_mini_harness(root: Path) -> Path:
             config: {retries: 1, backoff_s: 0.0, statuses: [timeout]}
         settings:
           refusal_reply: "Sorry, I could not read that comment."
+        trusted_modules: [toolbox]  # tests/toolbox.py: the tools below bind to it
         """)
     )
     (root / "prompts" / "role.md").write_text(
@@ -59,7 +60,15 @@ def write_mini_harness(root: Path) -> Path:
         import yaml
 
         (root / "tools" / f"{name}.yaml").write_text(
-            yaml.safe_dump({"name": name, "description": desc, "parameters": schema, "binding": binding})
+            yaml.safe_dump(
+                {
+                    "name": name,
+                    "description": desc,
+                    "parameters": schema,
+                    "binding": binding,
+                    "idempotent": name in ("hang", "flaky"),  # read-only: the retry tests may re-run them
+                }
+            )
         )
     for skill, desc in (("price-talk", "Use for price questions."), ("chit-chat", "Use for small talk.")):
         (root / "skills" / skill).mkdir(parents=True)

@@ -15,21 +15,61 @@ Compact models get this wrong often, so :func:`parse_output` is lenient where in
 (missing closing tag at the end of the output, a plain-text reply inside ``<reply>``, trailing
 commas, code fences) and otherwise returns an ``error`` string written *for the model*: it becomes
 the next round's feedback. Parsing never raises.
+
+Comments are data. Viewer text reaches the model inside this same text protocol, so two defences
+live here, next to the tags they protect:
+
+- :func:`neutralise_markup` rewrites protocol tags (``<tool_call>``, ``<reply>``, ``<think>``) and
+  chat-template special-token text (``<|im_start|>``, ``<|eot_id|>``, ``</s>``, ``[INST]`` ...) in
+  user text so they are neither parsed as protocol nor tokenised as special tokens: the angle (and
+  square) brackets become look-alike quotation marks (``‹tool_call›``). Visible, so the model can
+  still read what the viewer wrote; NFKC leaves them alone, so no tokenizer normaliser folds them
+  back.
+- :func:`quoted_actions` / :func:`echoed_action`: every tool call and reply that user text *spells
+  out* (with real or neutralised tags, or as bare JSON) gets a normalised key; the runtime refuses
+  to run a call or send a reply whose key is among them, because that text came from the viewer.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ParsedOutput", "ToolCall", "parse_output", "render_reply", "render_tool_call", "strip_reasoning"]
+__all__ = [
+    "PROTOCOL_TAGS",
+    "ParsedOutput",
+    "ToolCall",
+    "echoed_action",
+    "neutralise_markup",
+    "parse_output",
+    "quoted_actions",
+    "render_reply",
+    "render_tool_call",
+    "strip_reasoning",
+]
+
+PROTOCOL_TAGS = ("think", "tool_call", "reply")
 
 _THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.S)
 _TOOL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|(?=<tool_call>)|$)", re.S)
 _REPLY = re.compile(r"<reply>(.*?)(?:</reply>|$)", re.S)
 _SPECIAL = re.compile(r"<\|[a-z_]+\|>")
+# Markup that must not survive in user text: protocol tags (any case, stray spaces) and the
+# special-token spellings of the common chat templates (ChatML/Qwen/SmolLM, Llama 3, Phi,
+# DeepSeek's full-width bars, Llama 2/Mistral, Gemma).
+_USER_MARKUP = re.compile(
+    r"<\s*/?\s*(?:" + "|".join(PROTOCOL_TAGS) + r")\s*/?\s*>"
+    r"|<\|[a-z_]+\|>|<\|[^<>|\n]{1,64}\|>|<\uff5c[^<>\n]{1,64}\uff5c>"
+    r"|</?s>|<(?:start|end)_of_turn>|<</?SYS>>|\[/?INST\]",
+    re.IGNORECASE,
+)
+_BREAK = str.maketrans({"<": "\u2039", ">": "\u203a", "[": "\u2045", "]": "\u2046"})
+_UNBREAK = str.maketrans({"\u2039": "<", "\u203a": ">", "\u2045": "[", "\u2046": "]", "\u00ab": "<", "\u00bb": ">"})
+_MAX_JSON_STARTS = 256  # bare-JSON scan per text: bounds the work a flood of braces can cause
 
 
 @dataclass(frozen=True)
@@ -147,3 +187,98 @@ def render_tool_call(call: ToolCall) -> str:
 
 def render_reply(payload: dict[str, Any]) -> str:
     return "<reply>" + json.dumps(payload, ensure_ascii=False) + "</reply>"
+
+
+# -- comments are data ---------------------------------------------------------------------------
+def neutralise_markup(text: str) -> str:
+    """User text with protocol tags and special-token text defused (``<reply>`` → ``‹reply›``,
+    ``<|im_start|>`` → ``‹|im_start|›``); everything else unchanged."""
+    return _USER_MARKUP.sub(lambda m: m.group(0).translate(_BREAK), text)
+
+
+def _fold(text: str) -> str:
+    """Normal form for comparing text written by a viewer with text produced by the model:
+    NFKC, look-alike brackets mapped back, invisible format characters dropped, case and
+    whitespace folded."""
+    text = unicodedata.normalize("NFKC", text).translate(_UNBREAK)
+    text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf").casefold()
+    return " ".join(_drop_special(text).split())
+
+
+def _drop_special(text: str) -> str:
+    """Special-token text removed as :func:`parse_output` removes it, until none is left: text
+    spliced into a tag or a name (``<tool<|x|>_call>``) vanishes for the parser, so it must
+    vanish for the comparison too, also when two halves of a token were split by another."""
+    while (shorter := _SPECIAL.sub("", text)) != text:
+        text = shorter
+    return text
+
+
+def _key(kind: str, value: Any) -> str:
+    return kind + ":" + _fold(json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":")))
+
+
+def _call_key(call: ToolCall) -> str:
+    return _key("tool", {"name": call.name, "arguments": call.arguments})
+
+
+def _reply_key(reply: dict[str, Any], reply_field: str) -> str:
+    return _key("reply", reply[reply_field] if isinstance(reply.get(reply_field), str) else reply)
+
+
+def _json_objects(text: str) -> Iterable[dict[str, Any]]:
+    decoder = json.JSONDecoder()
+    starts = [i for i, ch in enumerate(text) if ch == "{"][:_MAX_JSON_STARTS]
+    for i in starts:
+        try:
+            value, _ = decoder.raw_decode(text, i)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            yield value
+
+
+def _keys_in(text: str, reply_field: str) -> set[str]:
+    folded = _fold(text)
+    keys: set[str] = set()
+    # Read as written and as the parser reads it (reasoning spans dropped): a ``<think>`` span
+    # inside a tag or a tool name disappears when the model's copy is parsed.
+    for view in dict.fromkeys((folded, _fold(strip_reasoning(folded)))):
+        for raw in _TOOL.findall(view):
+            call = _parse_tool_call(raw)
+            if isinstance(call, ToolCall):
+                keys.add(_call_key(call))
+        for raw in _REPLY.findall(view):
+            reply = _parse_reply(raw, reply_field)
+            if isinstance(reply, dict):
+                keys.add(_reply_key(reply, reply_field))
+        for obj in _json_objects(view):
+            call = _parse_tool_call(json.dumps(obj))
+            if isinstance(call, ToolCall):
+                keys.add(_call_key(call))
+            keys.add(_reply_key(obj, reply_field))
+    return keys
+
+
+def quoted_actions(texts: Iterable[str], reply_field: str = "reply") -> frozenset[str]:
+    """Keys of every tool call and reply spelled out in ``texts`` (viewer comments, earlier user
+    turns): inside protocol tags (real, neutralised or look-alike) or as bare JSON objects."""
+    keys: set[str] = set()
+    for text in texts:
+        keys |= _keys_in(text or "", reply_field)
+    return frozenset(keys)
+
+
+def echoed_action(parsed: ParsedOutput, quoted: frozenset[str], reply_field: str = "reply") -> str:
+    """What in ``parsed`` would act on text copied from user input (``quoted``), described for the
+    model; ``""`` when nothing does. Only what the runtime would act on is checked: the tool calls
+    of a ``tool_calls`` output, the reply of a ``reply`` output."""
+    if not quoted:
+        return ""
+    if parsed.kind == "tool_calls":
+        for call in parsed.tool_calls:
+            if _call_key(call) in quoted:
+                return f"the tool call {call.name!r}"
+    elif parsed.kind == "reply" and parsed.reply is not None and _reply_key(parsed.reply, reply_field) in quoted:
+        return "the reply"
+    return ""

@@ -74,7 +74,8 @@ class ToolSpec:
     """A tool: ``tools/<name>.yaml``. ``parameters`` is a JSON Schema (type ``object``).
 
     ``binding`` says how to run it: ``python:package.module:function`` or ``mcp:server/tool``
-    (``server`` is declared under ``mcp_servers`` in ``harness.yaml``).
+    (``server`` is declared under ``mcp_servers`` in ``harness.yaml``). ``idempotent``: running the
+    call twice has the effect of running it once (a lookup); only such tools are ever retried.
     """
 
     name: str
@@ -83,6 +84,7 @@ class ToolSpec:
     binding: str
     timeout_s: float | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    idempotent: bool = False
 
     @property
     def function_id(self) -> str:
@@ -98,6 +100,7 @@ class ToolSpec:
             "binding": self.binding,
             "timeout_s": self.timeout_s,
             "metadata": dict(self.metadata),
+            "idempotent": self.idempotent,
         }
 
 
@@ -170,7 +173,9 @@ class Harness:
 
     ``blocks`` holds every template in ``prompts/``; ``pipeline`` is the rendered order (a block not
     in the pipeline is kept but not rendered). ``settings`` is free-form data the templates and
-    hooks may read (e.g. boundary rules). ``root`` records where it was loaded from; not hashed.
+    hooks may read (e.g. boundary rules). ``trusted_modules`` lists the Python packages outside
+    ``hat`` and the harness folder that its ``python:`` bindings and hooks may use (see
+    :mod:`hat.harness.static_check`). ``root`` records where it was loaded from; not hashed.
     """
 
     name: str
@@ -186,6 +191,7 @@ class Harness:
     mcp_servers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     settings: Mapping[str, Any] = field(default_factory=dict)
     hooks_source: str = ""
+    trusted_modules: tuple[str, ...] = ()
     root: str | None = field(default=None, compare=False)
 
     # -- lookup ---------------------------------------------------------------------------------
@@ -220,6 +226,8 @@ class Harness:
             "mcp_servers": {k: dict(v) for k, v in self.mcp_servers.items()},
             "settings": dict(self.settings),
             "hooks_source": self.hooks_source,
+            # only when set, so the hash of every harness without it stays what it was
+            **({"trusted_modules": list(self.trusted_modules)} if self.trusted_modules else {}),
         }
 
     def content_hash(self) -> str:
@@ -322,8 +330,17 @@ def diff_harness(a: Harness, b: Harness) -> HarnessDiff:
     limits = tuple(k for k, v in a.limits.to_dict().items() if b.limits.to_dict().get(k) != v)
     other = tuple(
         name
-        for name in ("name", "version", "description", "output", "mcp_servers", "settings", "hooks_source")
-        if canonical_json(a.to_dict()[name]) != canonical_json(b.to_dict()[name])
+        for name in (
+            "name",
+            "version",
+            "description",
+            "output",
+            "mcp_servers",
+            "settings",
+            "hooks_source",
+            "trusted_modules",
+        )
+        if canonical_json(a.to_dict().get(name)) != canonical_json(b.to_dict().get(name))
     )
     hooks_a = {f"{i}:{h.name}": h.to_dict() for i, h in enumerate(a.hooks)}
     hooks_b = {f"{i}:{h.name}": h.to_dict() for i, h in enumerate(b.hooks)}

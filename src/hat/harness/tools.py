@@ -8,26 +8,51 @@ keyword-only ``context`` argument to see the room and per-request state) and ``m
 Why exceptions never escape :meth:`ToolRegistry.call`: in a live room a broken backend must not
 silence the host. An unknown tool, invalid arguments, an exception, a timeout - each becomes a
 :class:`ToolResult` with a status and a message the model can act on (as smolagents does).
-A hung Python tool keeps its worker thread busy (threads cannot be killed), so the pool is
-bounded and a call waiting for a free worker also times out.
+
+Why each tool has its own small pool (a *bulkhead*): threads cannot be killed, so a hung backend
+keeps its worker busy until it returns. With one shared pool, one hung backend soon holds every
+worker and starves every other tool. Here a tool holds at most ``max_concurrency`` workers
+(``metadata.max_concurrency`` in its YAML, else the registry's default); calls beyond that wait
+in the tool's own queue, and a call still waiting when its timeout expires also times out.
+
+Why a timed-out call is *abandoned*, not retried here: its future is cancelled if it never started
+(``outcome="not_started"``); if it is running it is left to finish, its result is discarded and its
+writes to ``context.state`` are dropped (each call works on a copy that is committed only when the
+call returns in time), so ``outcome="unknown"``. Whether it may be run again is the runtime's
+decision, and only an ``idempotent`` tool ever is.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import copy
 import importlib
 import inspect
+import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
 from jsonschema import Draft202012Validator
 
 from hat.errors import ToolBindingError
 from hat.harness.state import Harness, ToolSpec
+from hat.harness.static_check import check_python_target, is_denied_module
 
-__all__ = ["ToolContext", "ToolRegistry", "ToolResult", "canonical_arguments", "check_binding"]
+__all__ = [
+    "DEFAULT_MAX_CONCURRENCY",
+    "ToolContext",
+    "ToolRegistry",
+    "ToolResult",
+    "canonical_arguments",
+    "check_binding",
+]
+
+DEFAULT_MAX_CONCURRENCY = 8
+"""Workers per tool unless its ``metadata.max_concurrency`` or the registry says otherwise."""
+
+Outcome = Literal["", "not_started", "unknown"]
 
 
 @dataclass
@@ -52,12 +77,16 @@ class ToolContext:
 
 @dataclass(frozen=True)
 class ToolResult:
-    """``status``: ok | error | timeout | unknown_tool | invalid_args | blocked."""
+    """``status``: ok | error | timeout | unknown_tool | invalid_args | blocked.
+
+    ``outcome`` is set for a call abandoned at its timeout: ``not_started`` (cancelled while it
+    waited for a worker; it never ran) or ``unknown`` (it was running and may still take effect)."""
 
     status: str
     result: Any = None
     error: str = ""
     latency_ms: float = 0.0
+    outcome: Outcome = ""
 
     @property
     def ok(self) -> bool:
@@ -68,27 +97,35 @@ class ToolResult:
 
 
 def _import_python(binding: str) -> Callable[..., Any]:
+    """Import a ``python:module:function`` binding; this runs the module's code, so it happens only
+    when a harness is put to work (validation reads bindings statically, :func:`check_binding`).
+    The standard library is refused here too, including a stdlib function re-exported elsewhere."""
     target = binding[len("python:") :]
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
         raise ToolBindingError(f"binding {binding!r} must look like python:package.module:function")
+    if is_denied_module(module_name) or attr.startswith("_"):
+        raise ToolBindingError(f"binding {binding!r} may not point into the standard library or at a private name")
     try:
         fn = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
         raise ToolBindingError(f"binding {binding!r} cannot be imported: {exc}") from exc
     if not callable(fn):
         raise ToolBindingError(f"binding {binding!r} is not callable")
+    if is_denied_module(str(getattr(fn, "__module__", None) or "builtins")):
+        raise ToolBindingError(f"binding {binding!r} is a standard-library function ({fn.__module__}); bind your own")
     return fn  # type: ignore[no-any-return]
 
 
-def check_binding(binding: str, mcp_servers: Mapping[str, Any]) -> str | None:
-    """The problem with a binding, or None. Does not start MCP servers."""
+def check_binding(
+    binding: str, mcp_servers: Mapping[str, Any], *, root: str | None = None, trusted: Sequence[str] = ()
+) -> str | None:
+    """The problem with a binding, or None. Imports nothing and starts no MCP server: a python
+    binding is located and read statically under the policy of :mod:`hat.harness.static_check`
+    (``root`` is the harness folder, ``trusted`` its ``trusted_modules``)."""
     if binding.startswith("python:"):
-        try:
-            _import_python(binding)
-        except ToolBindingError as exc:
-            return str(exc)
-        return None
+        what = f"binding {binding!r}"
+        return check_python_target(binding[len("python:") :], what=what, root=root, trusted=trusted)
     if binding.startswith("mcp:"):
         server, _, tool = binding[len("mcp:") :].partition("/")
         if not server or not tool:
@@ -118,10 +155,23 @@ def _accepts_context(fn: Callable[..., Any]) -> bool:
     return "context" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
-class ToolRegistry:
-    """The tools of one harness version, ready to call."""
+class _Abandoned(Exception):
+    """The caller stopped waiting for a call; ``started`` says whether it had begun running."""
 
-    def __init__(self, harness: Harness, *, mcp_pool: Any = None, max_workers: int = 16) -> None:
+    def __init__(self, started: bool) -> None:
+        super().__init__("abandoned")
+        self.started = started
+
+
+class ToolRegistry:
+    """The tools of one harness version, ready to call.
+
+    ``max_concurrency``: workers per tool (its bulkhead) unless the tool's ``metadata`` sets
+    ``max_concurrency``."""
+
+    def __init__(
+        self, harness: Harness, *, mcp_pool: Any = None, max_concurrency: int = DEFAULT_MAX_CONCURRENCY
+    ) -> None:
         self.harness = harness
         self.specs: dict[str, ToolSpec] = {t.name: t for t in harness.tools}
         self._python: dict[str, Callable[..., Any]] = {}
@@ -133,11 +183,18 @@ class ToolRegistry:
         self._mcp_pool = mcp_pool
         self._owns_pool = False
         self._validators = {n: Draft202012Validator(dict(s.parameters)) for n, s in self.specs.items()}
-        self._executor = cf.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="hat-tool")
+        self.concurrency = {n: _concurrency(s, max_concurrency) for n, s in self.specs.items()}
+        self._bulkheads: dict[str, cf.ThreadPoolExecutor] = {}
+        self._lock = threading.Lock()
+        self._closed = False
 
     @property
     def names(self) -> list[str]:
         return list(self.specs)
+
+    def is_idempotent(self, name: str) -> bool:
+        spec = self.specs.get(name)
+        return bool(spec is not None and spec.idempotent)
 
     def _pool(self) -> Any:
         if self._mcp_pool is None:
@@ -147,6 +204,16 @@ class ToolRegistry:
             self._owns_pool = True
         return self._mcp_pool
 
+    def _bulkhead(self, name: str) -> cf.ThreadPoolExecutor:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the tool registry is closed")
+            pool = self._bulkheads.get(name)
+            if pool is None:
+                pool = cf.ThreadPoolExecutor(max_workers=self.concurrency[name], thread_name_prefix=f"hat-tool-{name}")
+                self._bulkheads[name] = pool
+            return pool
+
     def _check_args(self, name: str, arguments: dict[str, Any]) -> str:
         errors = sorted(self._validators[name].iter_errors(arguments), key=lambda e: list(e.path))
         if not errors:
@@ -154,18 +221,32 @@ class ToolRegistry:
         where = "/".join(str(p) for p in errors[0].path)
         return f"invalid arguments for {name}{' at ' + where if where else ''}: {errors[0].message}"
 
-    def _invoke(self, spec: ToolSpec, arguments: dict[str, Any], context: ToolContext, timeout: float) -> Any:
+    def _target(self, spec: ToolSpec, arguments: dict[str, Any], context: ToolContext, timeout: float) -> Any:
+        """What a worker runs for one call (a zero-argument callable)."""
         arguments = canonical_arguments(spec, arguments)
         if spec.binding.startswith("mcp:"):
             server, _, tool = spec.binding[len("mcp:") :].partition("/")
-            res = self._pool().call_tool(server, tool, arguments, timeout_s=timeout)
-            if res.is_error:
-                raise RuntimeError(res.text or "the MCP tool reported an error")
-            return res.content
+
+            def call_mcp() -> Any:
+                res = self._pool().call_tool(server, tool, arguments, timeout_s=timeout)
+                if res.is_error:
+                    raise RuntimeError(res.text or "the MCP tool reported an error")
+                return res.content
+
+            return call_mcp
         fn = self._python[spec.name]
         kwargs = {**arguments, "context": context} if self._takes_context[spec.name] else dict(arguments)
-        future = self._executor.submit(fn, **kwargs)
-        return future.result(timeout=timeout)
+        return lambda: fn(**kwargs)
+
+    def _invoke(self, spec: ToolSpec, arguments: dict[str, Any], context: ToolContext, timeout: float) -> Any:
+        """Run one call in the tool's bulkhead; on timeout abandon it (raises :class:`_Abandoned`)."""
+        future = self._bulkhead(spec.name).submit(self._target(spec, arguments, context, timeout))
+        try:
+            return future.result(timeout=timeout)
+        except TimeoutError:
+            if future.done():  # the tool itself raised TimeoutError: it has finished, as a failure
+                raise
+            raise _Abandoned(started=not future.cancel()) from None
 
     def call(self, name: str, arguments: dict[str, Any], context: ToolContext | None = None) -> ToolResult:
         """Run one tool call. Never raises for tool-side problems."""
@@ -179,15 +260,61 @@ class ToolRegistry:
         if problem:
             return ToolResult("invalid_args", error=problem, latency_ms=elapsed())
         timeout = spec.timeout_s or self.harness.limits.tool_timeout_s
+        context = context or ToolContext()
+        scratch = replace(context, state=_copy_state(context.state))
         try:
-            result = self._invoke(spec, arguments, context or ToolContext(), timeout)
-        except (cf.TimeoutError, TimeoutError):
-            return ToolResult("timeout", error=f"{name} did not answer within {timeout:g}s", latency_ms=elapsed())
+            result = self._invoke(spec, arguments, scratch, timeout)
+        except _Abandoned as exc:
+            return _abandoned(name, timeout, exc.started, elapsed())
+        except TimeoutError as exc:
+            _commit(context, scratch)
+            return ToolResult("timeout", error=f"{name} timed out: {exc}", latency_ms=elapsed())
         except Exception as exc:  # a tool's own failure is an observation, not a crash
+            _commit(context, scratch)
             return ToolResult("error", error=f"{name} failed: {type(exc).__name__}: {exc}", latency_ms=elapsed())
+        _commit(context, scratch)
         return ToolResult("ok", result=result, latency_ms=elapsed())
 
     def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            self._closed = True
+            pools, self._bulkheads = list(self._bulkheads.values()), {}
+        for pool in pools:
+            pool.shutdown(wait=False, cancel_futures=True)
         if self._owns_pool and self._mcp_pool is not None:
             self._mcp_pool.close()
+
+
+def _concurrency(spec: ToolSpec, default: int) -> int:
+    value = spec.metadata.get("max_concurrency", default)
+    try:
+        return max(1, int(value))
+    except (TypeError, ValueError):
+        return max(1, default)
+
+
+def _copy_state(state: dict[str, Any]) -> dict[str, Any]:
+    """A private copy of the request's scratch state for one call (deep where possible, so an
+    abandoned call cannot append to a shared list either)."""
+    try:
+        return copy.deepcopy(state)
+    except Exception:  # something uncopyable in the scratch space: fall back to a shallow copy
+        return dict(state)
+
+
+def _commit(context: ToolContext, scratch: ToolContext) -> None:
+    """A call that returned in time: its writes to the scratch state take effect."""
+    if scratch.state != context.state:
+        context.state.clear()
+        context.state.update(scratch.state)
+
+
+def _abandoned(name: str, timeout: float, started: bool, latency_ms: float) -> ToolResult:
+    if started:
+        error = (
+            f"{name} did not answer within {timeout:g}s; its outcome is unknown (it may still take effect), "
+            "so do not assume it succeeded or failed"
+        )
+        return ToolResult("timeout", error=error, latency_ms=latency_ms, outcome="unknown")
+    error = f"{name} did not answer within {timeout:g}s (it was still queued and never ran)"
+    return ToolResult("timeout", error=error, latency_ms=latency_ms, outcome="not_started")

@@ -6,17 +6,34 @@ are plain frozen data that round-trips through JSON (``to_dict`` / ``from_dict``
 chat messages (``to_messages``) in the Hugging Face format.
 
 Units: every ``*_ms`` field is wall-clock milliseconds; token counts are the backend tokenizer's.
+
+Trace files are JSONL that a crash (``kill -9``, a full disk) may leave with a torn last line. So
+writers start every record on a fresh line (:func:`append_jsonl`) and readers skip a torn line and
+report it (:func:`read_jsonl`, :class:`TornLineWarning`) rather than failing on the whole file.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HookEvent", "Round", "ToolCallRecord", "Trace", "read_traces", "write_traces"]
+__all__ = [
+    "HookEvent",
+    "JsonLines",
+    "Round",
+    "ToolCallRecord",
+    "TornLineWarning",
+    "Trace",
+    "append_jsonl",
+    "read_jsonl",
+    "read_traces",
+    "write_traces",
+]
 
 
 @dataclass(frozen=True)
@@ -35,6 +52,8 @@ class ToolCallRecord:
 
     ``status``: ``ok`` | ``error`` | ``timeout`` | ``blocked`` | ``unknown_tool`` | ``invalid_args``.
     ``result`` is what the model saw as the observation. ``attempts`` counts retries + 1.
+    ``outcome`` (timeouts only): ``unknown`` - abandoned while running, it may still take effect;
+    ``not_started`` - cancelled before it ran.
     """
 
     name: str
@@ -45,6 +64,7 @@ class ToolCallRecord:
     latency_ms: float = 0.0
     attempts: int = 1
     kind: str = "tool"  # "tool" or "skill"
+    outcome: str = ""
 
 
 @dataclass(frozen=True)
@@ -172,19 +192,97 @@ def round_observations(rnd: Round) -> list[dict[str, str]]:
     return out
 
 
-def write_traces(path: str | Path, traces: Iterable[Trace], append: bool = True) -> int:
-    """Append traces as JSONL (one trace per line). Returns how many were written."""
+@dataclass(frozen=True)
+class JsonLines:
+    """The records of a JSONL file and the lines that were not JSON (1-based line numbers): a line
+    torn by a crash mid-write, kept out of ``rows`` instead of failing the whole file. A record
+    that a torn fragment glued itself to (a writer that did not start on a fresh line) is salvaged."""
+
+    rows: list[dict[str, Any]]
+    torn: tuple[int, ...] = ()
+    salvaged: int = 0
+
+
+def read_jsonl(path: str | Path) -> JsonLines:
+    """Every JSON object of a JSONL file; torn lines skipped and reported in ``torn``."""
+    rows: list[dict[str, Any]] = []
+    torn: list[int] = []
+    salvaged = 0
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for number, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                torn.append(number)
+                row = _salvage(line)
+                salvaged += row is not None
+            if isinstance(row, dict):
+                rows.append(row)
+            elif row is not None:
+                torn.append(number)
+    return JsonLines(rows, tuple(torn), salvaged)
+
+
+def _salvage(line: str) -> Any:
+    """The whole record at the end of a line that starts with a torn fragment, or None."""
+    text = line.rstrip()
+    decoder = json.JSONDecoder()
+    start = text.find("{", 1)
+    while start > 0:
+        try:
+            value, end = decoder.raw_decode(text, start)
+        except json.JSONDecodeError:
+            value, end = None, -1
+        if end == len(text) and isinstance(value, dict):
+            return value
+        start = text.find("{", start + 1)
+    return None
+
+
+def append_jsonl(path: str | Path, lines: Iterable[str], *, fsync: bool = False) -> int:
+    """Append one line per item (without its newline), starting on a fresh line: if the file does not
+    end in a newline (a crash mid-write), one is written first, so a torn line never glues onto the
+    next record. Each line is one ``write``; ``fsync`` makes the lines durable before returning."""
     n = 0
-    with open(path, "a" if append else "w", encoding="utf-8") as fh:
-        for t in traces:
-            fh.write(t.to_json() + "\n")
+    with open(path, "a+b") as fh:
+        if fh.seek(0, os.SEEK_END) > 0:
+            fh.seek(-1, os.SEEK_END)
+            if fh.read(1) != b"\n":
+                fh.write(b"\n")
+        for line in lines:
+            fh.write(line.encode("utf-8") + b"\n")
             n += 1
+        fh.flush()
+        if fsync:
+            os.fsync(fh.fileno())
     return n
 
 
+def write_traces(path: str | Path, traces: Iterable[Trace], append: bool = True) -> int:
+    """Append traces as JSONL (one trace per line, on a fresh line). Returns how many were written."""
+    if not append:
+        Path(path).write_text("", encoding="utf-8")
+    return append_jsonl(path, (t.to_json() for t in traces))
+
+
 def read_traces(path: str | Path) -> list[Trace]:
-    with open(path, encoding="utf-8") as fh:
-        return [Trace.from_dict(json.loads(line)) for line in fh if line.strip()]
+    """The traces of a JSONL file. A torn line (a crash mid-write) is skipped with a
+    :class:`TornLineWarning` saying how many and where, instead of failing the whole file."""
+    read = read_jsonl(path)
+    if read.torn:
+        warnings.warn(
+            f"{path}: skipped {len(read.torn)} torn line(s) (line {', '.join(map(str, read.torn[:10]))})"
+            + (f"; salvaged {read.salvaged} record(s) glued onto them" if read.salvaged else ""),
+            TornLineWarning,
+            stacklevel=2,
+        )
+    return [Trace.from_dict(row) for row in read.rows]
+
+
+class TornLineWarning(UserWarning):
+    """A JSONL reader skipped lines that are not JSON (a crash cut them short)."""
 
 
 def _plain(value: Any) -> Any:

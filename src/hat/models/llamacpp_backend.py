@@ -23,7 +23,9 @@ Design decisions:
   ``trim_blocks``/``lstrip_blocks``, ``raise_exception``, ``add_generation_prompt=True``,
   ``bos_token``/``eos_token`` from the vocabulary), and tokenised with special tokens parsed and no
   BOS added - the transformers backend's ``add_special_tokens=False``. A template that rejects the
-  ``tool`` role gets those turns as ``user``, as there.
+  ``tool`` role gets those turns as ``user``, as there. As there, the vocabulary's control (and
+  markup-like user-defined) token strings are broken in ``user``/``tool`` turns before rendering,
+  so viewer text cannot become special tokens (see the transformers backend's docstring).
 - **Decoding.** Tokens come one by one from ``Llama.generate``: greedy when ``temperature == 0``
   (no repetition penalty, like the transformers backend), else temperature/top-p sampling seeded
   by ``seed``. Bytes are decoded incrementally (a multi-byte character may span tokens), an
@@ -70,7 +72,7 @@ from hat.models import register_model_spec, shipped_adapter
 from hat.models.base import Generation, GenerationConfig, Message
 from hat.models.gguf_lora import gguf_lora_for
 from hat.models.scripted import cut_stream_at_stop, truncate_at_stop
-from hat.models.transformers_backend import smollm2_gguf_path
+from hat.models.transformers_backend import guard_user_turns, is_markup_token, smollm2_gguf_path, special_token_breaker
 
 __all__ = ["LlamaCppModel", "parse_llamacpp_spec"]
 
@@ -182,6 +184,7 @@ class LlamaCppModel:
         self._lock = threading.Lock()
         self._local = threading.local()
         self._template = _Template(self._chat_template(), self._token_text(self.llm.token_bos()), self._eos_text())
+        self._breaker = special_token_breaker(self._special_texts())
 
     @classmethod
     def from_spec(cls, argument: str, *, name: str | None = None, **kw: Any) -> LlamaCppModel:
@@ -211,6 +214,23 @@ class LlamaCppModel:
             return ""
         return bytes(self.llm.detokenize([token], special=True)).decode("utf-8", errors="replace")
 
+    def _special_texts(self) -> list[str]:
+        """Control tokens and markup-like user-defined tokens of the vocabulary (once per model)."""
+        get_attr = getattr(self._llama_cpp, "llama_vocab_get_attr", None)
+        vocab = getattr(getattr(self.llm, "_model", None), "vocab", None)
+        if not callable(get_attr) or vocab is None:
+            return [self._token_text(self.llm.token_bos()), self._eos_text()]
+        control = int(self._llama_cpp.LLAMA_TOKEN_ATTR_CONTROL)
+        user = int(self._llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED)
+        texts = []
+        for token in range(self.llm.n_vocab()):
+            attr = int(get_attr(vocab, token))
+            if attr & (control | user):
+                text = self._token_text(token)
+                if attr & control or is_markup_token(text):
+                    texts.append(text)
+        return texts
+
     def _eos_text(self) -> str:
         return self._token_text(self.llm.token_eos())
 
@@ -227,9 +247,7 @@ class LlamaCppModel:
         return len(self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
 
     def _encode(self, messages: Sequence[Message]) -> list[int]:
-        rendered = self._template.render(
-            [{"role": m.get("role", "user"), "content": m.get("content", "")} for m in messages]
-        )
+        rendered = self._template.render(guard_user_turns(messages, self._breaker))
         ids = list(self.llm.tokenize(rendered.encode("utf-8"), add_bos=False, special=True))
         if not ids:
             raise ModelError(f"{self.name}: the rendered prompt is empty; pass at least one message")

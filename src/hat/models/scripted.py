@@ -19,6 +19,7 @@ import json
 import re
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -80,9 +81,10 @@ class ScriptedModel:
     """Replays ``outputs`` in order, or asks ``outputs(messages)`` for each generation.
 
     ``loop=True`` starts again from the first output when the script runs out; otherwise the
-    next call raises :class:`ModelError`. ``calls`` holds a copy of the messages of every call,
-    in order. ``GenerationConfig.stop`` is honoured; ``max_new_tokens`` is not (a script is
-    replayed verbatim). Thread-safe.
+    next call raises :class:`ModelError`. ``calls`` holds a copy of the messages of the last
+    ``max_calls`` calls, in order (bounded: a looping or callable script may serve a long-running
+    server or a hostile-input suite). ``GenerationConfig.stop`` is honoured; ``max_new_tokens`` is
+    not (a script is replayed verbatim). Thread-safe.
     """
 
     def __init__(
@@ -90,12 +92,13 @@ class ScriptedModel:
         outputs: Sequence[str] | Callable[[list[Message]], str],
         name: str = "scripted",
         loop: bool = False,
+        max_calls: int = 1000,
     ) -> None:
         if not callable(outputs) and isinstance(outputs, str):
             raise TypeError("outputs must be a sequence of strings or a callable, not one string")
         self.name = name
         self.loop = loop
-        self.calls: list[list[Message]] = []
+        self._calls: deque[list[Message]] = deque(maxlen=max_calls)
         self._outputs = outputs if callable(outputs) else list(outputs)
         self._next = 0
         self._lock = threading.Lock()
@@ -110,6 +113,12 @@ class ScriptedModel:
             raise ModelSpecError(f"cannot read scripted outputs from {path}: {exc}") from exc
         outputs = [_parse_line(path, n, line) for n, line in enumerate(lines, 1) if line.strip()]
         return cls(outputs, name=name or f"scripted:{path}", loop=loop)
+
+    @property
+    def calls(self) -> list[list[Message]]:
+        """The messages of the most recent calls (at most ``max_calls``), oldest first; a copy."""
+        with self._lock:
+            return list(self._calls)
 
     @property
     def remaining(self) -> int | None:
@@ -153,7 +162,7 @@ class ScriptedModel:
     def _take(self, messages: Sequence[Message]) -> str:
         snapshot = [dict(m) for m in messages]
         with self._lock:
-            self.calls.append(snapshot)
+            self._calls.append(snapshot)
             if callable(self._outputs):
                 return str(self._outputs(snapshot))
             if self._next >= len(self._outputs):

@@ -31,6 +31,17 @@ Design decisions:
   hook, so ``Generation.ttft_s`` is measured, never estimated. ``stream`` runs ``generate`` in a
   worker thread with a ``TextIteratorStreamer``; the finished :class:`Generation` is kept in
   ``last_generation`` and closing the stream early stops the worker at the next token.
+- **User text cannot forge special tokens.** The chat template is rendered to one string that is
+  tokenised as a whole with special tokens parsed (the template's own ``<|im_start|>`` must become
+  the special token), so ``<|im_start|>system`` typed by a viewer would become real special tokens
+  too - a forged system turn. Tokenising user turns separately with ``split_special_tokens`` would
+  break that, but templates transform content (``| trim``) and per-segment BPE can split tokens
+  differently from training, so instead every occurrence of the tokenizer's own special (and
+  markup-like added) token strings in ``user``/``tool`` turns gets an invisible U+2060 after its
+  first character before rendering (:func:`special_token_breaker`). The whole-prompt tokenisation
+  then yields special tokens only where the template wrote them. The runtime neutralises the
+  common spellings in comments earlier (:func:`hat.harness.protocol.neutralise_markup`); this is
+  the backend's exact, vocabulary-aware second line.
 """
 
 from __future__ import annotations
@@ -43,7 +54,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -53,10 +64,55 @@ from hat.models.base import Generation, GenerationConfig, Message
 from hat.models.scripted import cut_stream_at_stop, truncate_at_stop
 from hat.models.transformers_batch import BatchRow, Stopper, decode_greedy, prefill, slice_cache
 
-__all__ = ["SMOLLM2_GGUF", "TransformersModel", "smollm2_gguf_path"]
+__all__ = [
+    "SMOLLM2_GGUF",
+    "TransformersModel",
+    "guard_user_turns",
+    "is_markup_token",
+    "smollm2_gguf_path",
+    "special_token_breaker",
+]
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+_USER_ROLES = frozenset({"user", "tool"})
+_JOINER = "\u2060"  # WORD JOINER: invisible, in no special token of any vocabulary we know
+
+
+def is_markup_token(text: str) -> bool:
+    """An added (non-special) token that looks like markup (``<tool_call>``, ``[TOOL_CALLS]``), not
+    a word or a whitespace run some tokenizers also add."""
+    return len(text) > 2 and (text[0], text[-1]) in (("<", ">"), ("[", "]"))
+
+
+def special_token_breaker(tokens: Iterable[str]) -> Callable[[str], str]:
+    """A function that breaks every occurrence of ``tokens`` in a text (U+2060 after the first
+    character), so tokenising the text with special tokens parsed cannot produce them."""
+    texts = sorted({t for t in tokens if isinstance(t, str) and len(t) > 1}, key=len, reverse=True)
+    if not texts:
+        return lambda text: text
+    pattern = re.compile("|".join(map(re.escape, texts)))
+    return lambda text: pattern.sub(lambda m: m.group(0)[0] + _JOINER + m.group(0)[1:], text)
+
+
+def guard_user_turns(messages: Sequence[Message], breaker: Callable[[str], str]) -> list[dict[str, str]]:
+    """``messages`` as plain dicts, the content of ``user`` and ``tool`` turns passed through ``breaker``."""
+    out = []
+    for m in messages:
+        role, content = m.get("role", "user"), m.get("content", "")
+        out.append({"role": role, "content": breaker(content) if role in _USER_ROLES else content})
+    return out
+
+
+def _tokenizer_specials(tokenizer: Any) -> list[str]:
+    texts = [str(t) for t in getattr(tokenizer, "all_special_tokens", None) or []]
+    for token in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
+        content = str(getattr(token, "content", token))
+        if getattr(token, "special", False) or is_markup_token(content):
+            texts.append(content)
+    return texts
 
 
 class _SmolLM2Missing(MissingDependencyError):
@@ -259,6 +315,7 @@ class TransformersModel:
         self._cache_kwarg = _cache_kwarg()
         self._fast: bool | None = None  # whether generate_batch may take the batched path; see _batchable
         self._stop_criteria: dict[tuple[str, ...], Any] = {}
+        self._breaker: Callable[[str], str] | None = None  # built on first use: the tokenizer's specials
 
     @classmethod
     def from_pretrained(
@@ -511,7 +568,9 @@ class TransformersModel:
         )
 
     def _encode(self, messages: Sequence[Message]) -> list[int]:
-        text = self._render([{"role": m.get("role", "user"), "content": m.get("content", "")} for m in messages])
+        if self._breaker is None:
+            self._breaker = special_token_breaker(_tokenizer_specials(self.tokenizer))
+        text = self._render(guard_user_turns(messages, self._breaker))
         ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
         if not ids:
             raise ModelError(f"{self.name}: the rendered prompt is empty; pass at least one message")
