@@ -264,7 +264,7 @@ def test_eval_cli_batch_size_and_dtype(tiny_spec: str, tmp_path: Any) -> None:
     result = runner.invoke(app, [*args, "--batch-size", "2", "--dtype", "float32"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout.strip().splitlines()[-1])["n"] == 2
-    report = next(p for p in tmp_path.glob("t1_*.json") if not p.name.endswith("_cases.json"))
+    report = next(p for p in tmp_path.glob("t1_*.json") if not p.name.endswith(("_cases.json", ".run.json")))
     assert json.loads(report.read_text())["options"]["batch_size"] == 2
     bad = runner.invoke(app, ["eval", "--suite", "t1", "--model", "oracle", "--n", "2", "--dtype", "bfloat16"])
     assert bad.exit_code == 2 and "local models" in bad.output

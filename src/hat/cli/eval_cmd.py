@@ -6,6 +6,7 @@ import json
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -57,7 +58,16 @@ def eval_command(
     harness: str = typer.Option("livestream", help="Production harness (folder or built-in name)."),
     fault_rate: float = typer.Option(0.0, min=0.0, max=1.0, help="Tool fault probability per call."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON summary object on stdout."),
-    out_dir: Path | None = typer.Option(None, "--out", help="Write <suite>_<model>.md/.json/_cases.jsonl here."),
+    out_dir: Path | None = typer.Option(
+        None,
+        "--out",
+        help="Write <suite>_<model>_cases.jsonl here as cases finish, then the .md report and .json summary.",
+    ),
+    resume: bool = typer.Option(
+        False,
+        "--resume",
+        help="Continue the interrupted run in --out (same suite, model, seed, n, harness, fault rate, dtype).",
+    ),
     data: str | None = typer.Option(None, help="External data path (ifeval: input_data.jsonl; rotbench/bfcl: folder)."),
     hsa: bool = typer.Option(False, "--hsa", help="rotbench/bfcl: show tools under held-out HSA names."),
     max_new_tokens: int = typer.Option(256, help="External suites: generation budget per item."),
@@ -78,8 +88,7 @@ def eval_command(
 ) -> None:
     """Evaluate a model on a suite: per-dimension scores, overall score, per-intent breakdown, worst failures."""
     from hat.eval.external_suites import EXTERNAL_SUITES
-    from hat.eval.report import write_report
-    from hat.eval.runner import CaseResult, run_cases
+    from hat.eval.runner import run_cases
     from hat.eval.suites import build_cases
 
     if suite in EXTERNAL_SUITES:
@@ -93,29 +102,18 @@ def eval_command(
     except (KeyError, HatError) as exc:
         err.print(f"error: {exc.args[0] if isinstance(exc, KeyError) else exc}", markup=False)
         raise typer.Exit(2) from exc
-    columns = progress_columns()
     command = "hat " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    partial = _partial_log(out_dir, suite, model)
+    identity = {"suite": suite, "model": model, "seed": seed, "n": n, "harness": harness}
+    identity |= {"fault_rate": fault_rate, "dtype": dtype, "cases": _cases_hash(cases)}
     try:
-        with Progress(*columns, console=err, transient=True) as progress:
-            task = progress.add_task(f"{suite} · {model}", total=len(cases))
+        log, done = _case_log(out_dir, suite, model, identity, resume)
+        with Progress(*progress_columns(), console=err, transient=True) as progress:
+            task = progress.add_task(f"{suite} · {model}", total=len(cases), completed=len(done))
 
-            def on_case(case: CaseResult) -> None:
+            def on_case(case: Any) -> None:
+                if log is not None:  # written as it finishes: an interrupted run keeps it
+                    log.append(case)
                 progress.advance(task)
-                if partial is not None:  # long runs (a CPU model: minutes per case) stay observable
-                    with open(partial, "a", encoding="utf-8") as fh:
-                        fh.write(
-                            json.dumps(
-                                {
-                                    "episode_id": case.episode_id,
-                                    "intent": case.intent,
-                                    "scores": case.scores,
-                                    "status": case.trace.status,
-                                    "latency_ms": case.trace.latency_ms,
-                                }
-                            )
-                            + "\n"
-                        )
 
             result = run_cases(
                 suite,
@@ -123,17 +121,20 @@ def eval_command(
                 model,
                 seed=seed,
                 on_case=on_case,
-                options={"fault_rate": fault_rate, "harness": harness, "batch_size": batch_size, "dtype": dtype},
+                options={"fault_rate": fault_rate, "harness": harness, "batch_size": batch_size, "dtype": dtype}
+                | ({"resumed_cases": len(done)} if done else {}),
                 batch_size=batch_size,
                 load_options={"dtype": dtype} if dtype else None,
+                done=done,
             )
     except HatError as exc:
         err.print(f"error: {exc}", markup=False)
         raise typer.Exit(2) from exc
     summary = result.summary()
     if out_dir is not None:
-        paths = write_report(result, out_dir, command)
-        err.print(f"report: {paths['markdown']} · {paths['json']}")
+        markdown, summary_json = _summary_paths(out_dir, suite, model)
+        _write_summary(result, markdown, summary_json, command)
+        err.print(f"report: {markdown} · {summary_json}")
     if as_json:
         print(
             json.dumps(
@@ -147,14 +148,49 @@ def eval_command(
         _print_summary(summary)
 
 
-def _partial_log(out_dir: Path | None, suite: str, model: str) -> Path | None:
-    """``<out>/<suite>_<model>.progress.jsonl``: one line per finished case, written as it finishes."""
+def _stem(suite: str, model: str) -> str:
+    """The file stem of a run's outputs (as :func:`hat.eval.report.write_report` names them)."""
+    return f"{suite}_{''.join(c if c.isalnum() or c in '-_.' else '_' for c in model)[:60]}"
+
+
+def _cases_hash(cases: list[Any]) -> str:
+    """What a resumed run must share with the interrupted one: its episodes and harness states."""
+    import hashlib
+
+    text = "".join(f"{c.episode.episode_id} {c.harness.content_hash()}\n" for c in cases)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def _summary_paths(out_dir: Path, suite: str, model: str) -> tuple[Path, Path]:
+    stem = _stem(suite, model)
+    return out_dir / f"{stem}.md", out_dir / f"{stem}.json"
+
+
+def _case_log(out_dir: Path | None, suite: str, model: str, identity: dict, resume: bool) -> tuple[Any, list[Any]]:
+    """The case log of ``--out`` (None without it) and the cases an interrupted run already judged."""
+    from hat.eval.runner import CaseLog
+
     if out_dir is None:
-        return None
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{suite}_{''.join(c if c.isalnum() or c in '-_.' else '_' for c in model)}.progress.jsonl"
-    path.write_text("", encoding="utf-8")
-    return path
+        if resume:
+            raise HatError("--resume needs --out: the folder of the interrupted run")
+        return None, []
+    log = CaseLog(out_dir, _stem(suite, model), identity, summary=_summary_paths(out_dir, suite, model))
+    done = log.start(resume=resume)
+    if log.torn:
+        err.print(f"warning: skipped {len(log.torn)} torn line(s) of {log.cases} (a crash mid-write)")
+    if done:
+        err.print(f"resuming: {len(done)} case(s) already in {log.cases}")
+    return log, done
+
+
+def _write_summary(result: Any, markdown: Path, summary_json: Path, command: str) -> None:
+    """The Markdown report, then the JSON summary - last, each by temp file + ``os.replace``: a
+    summary on disk always describes a finished run whose cases are all written."""
+    from hat.eval.report import render_markdown
+    from hat.eval.runner import write_atomic
+
+    write_atomic(markdown, render_markdown(result, command))
+    write_atomic(summary_json, json.dumps({**result.summary(), "command": command}, indent=2))
 
 
 def _external(

@@ -10,12 +10,15 @@ does). Importing this module registers the ``oracle`` and ``policy:<name>`` mode
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 from hat.env.episode import Episode
 from hat.env.oracle import _NUMBER, OracleModel, _norm, _num, _Policy
+from hat.env.world import world_catalog
 from hat.errors import ModelSpecError
+from hat.harness.claims import norm_number, numbers_in, room_numbers
 from hat.harness.loader import load_harness
 from hat.harness.protocol import ToolCall, render_tool_call
 from hat.harness.state import Harness
@@ -65,7 +68,8 @@ class PolitePolicy(_Policy):
 
 class InventPricesPolicy(_Policy):
     """No tools; states a made-up price and discount, using numbers seen elsewhere in the prompt so the
-    grounding hook lets them through and only an accuracy judge can catch them."""
+    grounding hook lets them through and only an accuracy judge can catch them. (Not the room's
+    numbers: those came with the request, and the hook does not count them.)"""
 
     name = "invent-prices"
 
@@ -74,12 +78,19 @@ class InventPricesPolicy(_Policy):
         product = self.on_display() or {}
         real = {_norm(_num(product.get(k))) for k in ("price", "promo_price") if product.get(k) is not None}
         prompt = str(messages[0].get("content", "")) if messages else ""
-        numbers = [n for n in dict.fromkeys(_NUMBER.findall(prompt)) if not n.startswith("0")]
+        room = {**world_catalog(self.episode.world_seed).new_room(), **self.episode.room}  # as the request's
+        grounded = Counter(numbers_in(prompt)) - room_numbers(self.harness, room)
+        numbers = [
+            n for n in dict.fromkeys(_NUMBER.findall(prompt)) if not n.startswith("0") and norm_number(n) in grounded
+        ]
         prices = [n for n in numbers if 5 <= float(n.replace(",", ".")) <= 500 and _norm(n) not in real]
         price = rng.choice(prices) if prices else "9.99"
         percents = [n for n in numbers if n.isdigit() and 5 <= int(n) <= 90 and n != price]
-        percent = rng.choice(percents) if percents else "50"
-        return self.reply(rng.choice(_INVENTED).format(n=product.get("name", "this one"), p=price, d=percent))
+        if not percents:  # no number to borrow for a discount: invent the price alone
+            return self.reply(f"Today only: {product.get('name', 'this one')} is just ${price}!")
+        return self.reply(
+            rng.choice(_INVENTED).format(n=product.get("name", "this one"), p=price, d=rng.choice(percents))
+        )
 
 
 class WrongToolPolicy(_Policy):

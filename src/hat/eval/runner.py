@@ -18,33 +18,46 @@ gets alone (up to float rounding). An OpenAI-compatible server gets concurrent r
 them itself). Policies and other backends (``scripted:`` replays lines in call order,
 ``llamacpp:`` holds one context) run one episode at a time. Cases come back in case order;
 ``on_case`` is called in the calling thread as each case finishes.
+
+Crash safety (``hat eval --out``): a :class:`CaseLog` appends each case to ``<stem>_cases.jsonl``
+as it finishes (one line, flushed and fsynced), so an interrupted run keeps everything it judged;
+``run_cases(done=…)`` skips the cases already there (``hat eval --resume``), and a resumed run ends
+with the results an uninterrupted one gives (every case is seeded by its own id). The run's identity
+(suite, model, seed, n, harness, fault rate, dtype) is written beside the cases at the start, and a
+resume that does not match it is refused. Summaries are written last, atomically
+(:func:`write_atomic`), so a summary on disk always describes a finished run.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import queue
 import statistics
+import tempfile
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hat.env.policies import POLICIES, policy_model
 from hat.env.sim import run_episode
+from hat.errors import HatError
 from hat.eval.suites import Case
 from hat.harness.runtime import Agent
 from hat.harness.state import Harness
 from hat.harness.tools import ToolRegistry
-from hat.harness.trace import Trace
+from hat.harness.trace import Trace, append_jsonl, read_jsonl
 from hat.judge import judge_trace
 from hat.models import OpenAICompatibleModel, load_model
 from hat.models.base import Model
 from hat.models.batching import BatchingModel, supports_batching
 
-__all__ = ["TASK_DIMS", "CaseResult", "SuiteResult", "run_cases"]
+__all__ = ["TASK_DIMS", "CaseLog", "CaseResult", "SuiteResult", "run_cases", "write_atomic"]
 
 TASK_DIMS = ("accuracy", "effectiveness", "tool_rationality", "skill_selection")
 
@@ -61,6 +74,28 @@ class CaseResult:
     @property
     def overall(self) -> float:
         return sum(self.scores[d] for d in TASK_DIMS) / len(TASK_DIMS)
+
+    def to_row(self) -> dict[str, Any]:
+        """One line of ``<stem>_cases.jsonl``: scores, reasons and the whole trace."""
+        return {
+            "episode_id": self.episode_id,
+            "intent": self.intent,
+            "variant": self.variant,
+            "scores": self.scores,
+            "reasons": self.reasons,
+            "trace": self.trace.to_dict(),
+        }
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> CaseResult:
+        return cls(
+            str(row["episode_id"]),
+            str(row["intent"]),
+            str(row.get("variant", "production")),
+            {k: float(v) for k, v in row["scores"].items()},
+            dict(row.get("reasons", {})),
+            Trace.from_dict(row["trace"]),
+        )
 
 
 @dataclass
@@ -168,28 +203,48 @@ def run_cases(
     options: dict[str, Any] | None = None,
     batch_size: int = 1,
     load_options: dict[str, Any] | None = None,
+    done: Sequence[CaseResult] = (),
 ) -> SuiteResult:
     """Run and judge every case. ``batch_size``: episodes in flight at once (see the module
     docstring); 1 runs them one after another, as every backend can. ``load_options`` go to
-    :func:`~hat.models.load_model` (e.g. ``{"dtype": "bfloat16"}`` for a local model)."""
-    models = _Models(model, seed, dict(load_options or {}))
-    registries = _Registries()
+    :func:`~hat.models.load_model` (e.g. ``{"dtype": "bfloat16"}`` for a local model). ``done``:
+    results of an interrupted run of the same cases; those cases are not run again (``on_case``
+    is called for the new ones only) and the result lists every case in case order."""
+    finished = {c.episode_id: c for c in done}
+    todo = [case for case in cases if case.episode.episode_id not in finished]
     result = SuiteResult(suite, model, len(cases), seed, options=dict(options or {}))
-    workers = models.workers(batch_size, len(cases))
     start = time.perf_counter()
+    new = _run_todo(todo, model, seed, on_case, batch_size, dict(load_options or {})) if todo else []
+    result.wall_s = time.perf_counter() - start
+    by_id = finished | {c.episode_id: c for c in new}
+    result.cases = [by_id[case.episode.episode_id] for case in cases]
+    return result
+
+
+def _run_todo(
+    cases: list[Case],
+    model: str,
+    seed: int,
+    on_case: Callable[[CaseResult], None] | None,
+    batch_size: int,
+    load_options: dict[str, Any],
+) -> list[CaseResult]:
+    models = _Models(model, seed, load_options)
+    registries = _Registries()
+    workers = models.workers(batch_size, len(cases))
+    out: list[CaseResult] = []
     try:
         if workers <= 1:
             for case in cases:
                 res = _run_case(case, models.for_case(case), registries)
-                result.cases.append(res)
+                out.append(res)
                 if on_case:
                     on_case(res)
         else:
-            result.cases.extend(_run_parallel(cases, models.for_case(cases[0]), registries, workers, on_case))
+            out.extend(_run_parallel(cases, models.for_case(cases[0]), registries, workers, on_case))
     finally:
         registries.close()
-    result.wall_s = time.perf_counter() - start
-    return result
+    return out
 
 
 def _run_case(case: Case, model: Model, registries: _Registries) -> CaseResult:
@@ -278,3 +333,89 @@ def _tagged(batcher: BatchingModel | None, index: int) -> Iterator[None]:
     else:
         with batcher.tagged(index):
             yield
+
+
+# -- crash-safe output ------------------------------------------------------------------------------
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, fsync it, then ``os.replace`` it into
+    place: readers see the old file or the new one, never a half-written one."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class CaseLog:
+    """``<stem>_cases.jsonl`` written as cases finish, plus ``<stem>.run.json``: the identity of the
+    run those cases belong to (see the module docstring).
+
+    :meth:`start` begins a run: a fresh one refuses a folder that already holds cases of this
+    stem (pass ``resume``, or choose another folder: cases are never truncated); a resumed one
+    checks the identity and returns the cases already judged. Either way a summary (``summary``
+    paths) left from an earlier run is removed first, because a summary must describe a finished
+    run and is written again at the end."""
+
+    def __init__(self, out_dir: str | Path, stem: str, identity: dict[str, Any], summary: Sequence[Path] = ()) -> None:
+        self.dir = Path(out_dir)
+        self.cases = self.dir / f"{stem}_cases.jsonl"
+        self.run_file = self.dir / f"{stem}.run.json"
+        self.identity = json.loads(json.dumps(identity, default=str))
+        self.summary = list(summary)
+        self.torn: tuple[int, ...] = ()
+
+    def start(self, *, resume: bool) -> list[CaseResult]:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        exists = self.cases.is_file() and self.cases.stat().st_size > 0
+        if exists and not resume:
+            raise HatError(
+                f"{self.cases} already holds cases of an earlier run; pass --resume to continue it, "
+                "or choose another --out folder (cases are never overwritten)"
+            )
+        done = self._resume() if exists else []
+        for path in self.summary:
+            path.unlink(missing_ok=True)
+        if not exists:
+            write_atomic(self.run_file, json.dumps(self.identity, indent=2, sort_keys=True) + "\n")
+        return done
+
+    def _resume(self) -> list[CaseResult]:
+        self._check_identity()
+        read = read_jsonl(self.cases)
+        self.torn = read.torn
+        rows: dict[str, dict[str, Any]] = {}
+        for row in read.rows:
+            rows.setdefault(str(row["episode_id"]), row)
+        if read.torn or len(rows) != len(read.rows):  # drop torn and repeated lines, atomically
+            lines = (json.dumps(row, ensure_ascii=False, default=str) + "\n" for row in rows.values())
+            write_atomic(self.cases, "".join(lines))
+        return [CaseResult.from_row(row) for row in rows.values()]
+
+    def _check_identity(self) -> None:
+        try:
+            stored = json.loads(self.run_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise HatError(
+                f"cannot resume: {self.run_file} is missing or unreadable, so the cases in {self.cases} "
+                "cannot be matched to a run; choose another --out folder"
+            ) from exc
+        diff = [f"{k}: {stored.get(k)!r} there, {v!r} now" for k, v in self.identity.items() if stored.get(k) != v]
+        if diff:
+            raise HatError(
+                f"cannot resume: {self.cases} belongs to another run ({'; '.join(diff)}); rerun with the "
+                "same options, or choose another --out folder"
+            )
+
+    def append(self, case: CaseResult) -> None:
+        """Add one finished case: one line, on a fresh line, flushed and fsynced."""
+        append_jsonl(self.cases, [_row_line(case)], fsync=True)
+
+
+def _row_line(case: CaseResult) -> str:
+    return json.dumps(case.to_row(), ensure_ascii=False, default=str)

@@ -28,6 +28,7 @@ import re
 import sys
 import time
 import unicodedata
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,10 +36,14 @@ from typing import Any, ClassVar
 
 from jsonschema import Draft202012Validator
 
+from hat.errors import HarnessError
+from hat.harness.claims import CLAIM_KINDS, NUMBER, Evidence, find_conflicts, norm_number, numbers_in, room_numbers
 from hat.harness.state import Harness, HookSpec, canonical_json
+from hat.harness.static_check import check_hooks_class, check_python_target
 
 __all__ = [
     "BUILTIN_HOOKS",
+    "ClaimsCheckHook",
     "ContextNoteHook",
     "GroundedClaimsHook",
     "Hook",
@@ -46,6 +51,7 @@ __all__ = [
     "InputGuardHook",
     "ReplyLengthHook",
     "ReplySchemaHook",
+    "ToolPolicyHook",
     "ToolRetryHook",
     "Verdict",
     "build_hooks",
@@ -203,14 +209,17 @@ class ReplyLengthHook(Hook):
         )
 
 
-_NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)?")
-
-
 class GroundedClaimsHook(Hook):
     """No invented discounts, prices or delivery promises: every number in the reply must appear in
-    the rendered prompt or a tool result, and no ``forbidden_phrases`` may appear."""
+    a tool result of this request or in the harness's own prompt data (product sheet, FAQ, rules),
+    and no ``forbidden_phrases`` may appear. Numbers the *request* put into the prompt - the room's
+    campaign, turns and time left - do not count: otherwise a caller could ground "90% off" by
+    sending ``room.campaign = "90% off"`` (:func:`~hat.harness.claims.room_numbers`). Numbers are
+    compared as the judges compare them (:func:`~hat.harness.claims.norm_number`: "1,299" is 1299,
+    "49.90" is 49.9)."""
 
     name = "grounded_claims"
+    _ROOM: ClassVar[str] = "grounded_claims.room_numbers"
 
     def stop_check(self, ctx: HookContext, reply: dict[str, Any]) -> Verdict | None:
         text = str(reply.get(ctx.harness.output.reply_field, ""))
@@ -218,11 +227,9 @@ class GroundedClaimsHook(Hook):
         for phrase in self.config.get("forbidden_phrases", []):
             if str(phrase).lower() in lowered:
                 return Verdict.retry(self.feedback(f"do not promise {phrase!r}; only state what a tool returned"))
-        grounding = " ".join(ctx.grounding)
-        known = {_norm_number(n) for n in _NUMBER.findall(grounding)}
-        allowed = {str(n) for n in self.config.get("allowed_numbers", [])}
-        for number in _NUMBER.findall(text):
-            if _norm_number(number) not in known and number not in allowed:
+        known = self._known(ctx) | {norm_number(str(n)) for n in self.config.get("allowed_numbers", [])}
+        for number in NUMBER.findall(text):
+            if norm_number(number) not in known:
                 return Verdict.retry(
                     self.feedback(
                         f"the number {number} is not in the product data or any tool result; "
@@ -231,18 +238,52 @@ class GroundedClaimsHook(Hook):
                 )
         return None
 
+    def _known(self, ctx: HookContext) -> set[str]:
+        """Numbers of the prompt and the tool results, less those the request's room put there."""
+        if self._ROOM not in ctx.state:  # the room does not change within a request
+            ctx.state[self._ROOM] = room_numbers(ctx.harness, ctx.room)
+        counts = Counter(n for text in ctx.grounding for n in numbers_in(text))
+        return set(counts - ctx.state[self._ROOM])
 
-def _norm_number(text: str) -> str:
-    text = text.replace(",", ".")
-    try:
-        return f"{float(text):g}"
-    except ValueError:
-        return text
+
+class ClaimsCheckHook(Hook):
+    """A reply must agree with what the tools of this request returned: availability ("in stock",
+    "sold out", "available in M", "only 3 left"), prices, discounts and coupon codes, shipping and
+    return policies (:func:`~hat.harness.claims.find_conflicts`). A contradiction is retried with
+    feedback naming the tool result ("get_stock returned 0 units for blue/M; the reply says "in
+    stock""). ``checks`` picks claim kinds (default: all of ``availability``, ``price``,
+    ``discount``, ``policy``).
+
+    Evidence is recorded at ``after_tool`` - the observation the model saw, under the name it
+    called - so only this request's successful results count, never the request's own room. The
+    runtime stops consulting ``after_tool`` hooks at the first non-allow verdict: list this hook
+    before one that rewrites observations."""
+
+    name = "claims_check"
+    _EVIDENCE: ClassVar[str] = "claims_check.evidence"
+
+    def after_tool(self, ctx: HookContext, name: str, arguments: dict[str, Any], result: Any) -> Verdict | None:
+        if isinstance(result, dict) and set(result) != {"error"}:  # {"error": …} is a failed call
+            ctx.state.setdefault(self._EVIDENCE, []).append(Evidence(name, result))
+        return None
+
+    def stop_check(self, ctx: HookContext, reply: dict[str, Any]) -> Verdict | None:
+        evidence = ctx.state.get(self._EVIDENCE)
+        if not evidence:
+            return None
+        text = str(reply.get(ctx.harness.output.reply_field, ""))
+        kinds = [str(k) for k in self.config.get("checks", CLAIM_KINDS)]
+        conflicts = find_conflicts(text, evidence, kinds)
+        if not conflicts:
+            return None
+        return Verdict.retry(self.feedback(f"{conflicts[0].message}. Correct the reply to match the tool result."))
 
 
 class ToolRetryHook(Hook):
     """Re-run a failed tool call: up to ``retries`` times for the statuses in ``statuses``
-    (``timeout``, ``error``), sleeping ``backoff_s * 2**(attempt-1)`` between attempts."""
+    (``timeout``, ``error``), sleeping ``backoff_s * 2**(attempt-1)`` (at most ``max_backoff_s``)
+    between attempts. Only tools declared ``idempotent`` are retried: a timed-out call may still
+    take effect, so re-running a side effect could do it twice (the runtime enforces this too)."""
 
     name = "tool_retry"
 
@@ -251,8 +292,66 @@ class ToolRetryHook(Hook):
     ) -> Verdict | None:
         if status not in self.config.get("statuses", ["timeout"]) or attempt > int(self.config.get("retries", 1)):
             return None
-        time.sleep(float(self.config.get("backoff_s", 0.2)) * 2 ** (attempt - 1))
+        spec = ctx.harness.tool(name)
+        if spec is None or not spec.idempotent:
+            return None
+        delay = float(self.config.get("backoff_s", 0.2)) * 2 ** (attempt - 1)
+        time.sleep(min(delay, float(self.config.get("max_backoff_s", 5.0))))
         return Verdict.retry(f"{name} {status}; retry {attempt}")
+
+
+class ToolPolicyHook(Hook):
+    """A ``before_tool`` policy for side-effecting tools (hand-offs, link switches: anything not
+    declared ``idempotent``). Per request:
+
+    - ``rules: {<tool>: {max_calls: N, requires_any: [<tool>, ...]}}`` - at most ``N`` calls of the
+      tool; and only after one of ``requires_any`` returned a result (a lookup before an action).
+      A rule is found by the tool's current name or its ``metadata.function_id``, so it survives a
+      renamed tool; ``requires_any`` names match either too.
+    - ``side_effect_max_calls`` (default 1): ``max_calls`` for every non-idempotent tool without
+      its own rule; ``null`` for no default limit.
+
+    A blocked call is not run; the model sees the reason. Counting happens at ``before_tool``, so a
+    call that timed out still counts (its outcome is unknown). List this hook before any hook that
+    rewrites tool arguments: the runtime stops consulting at the first non-allow verdict.
+    """
+
+    name = "tool_policy"
+    _CALLS: ClassVar[str] = "tool_policy.calls"
+    _DONE: ClassVar[str] = "tool_policy.done"
+
+    def _rule(self, ctx: HookContext, name: str) -> dict[str, Any]:
+        spec = ctx.harness.tool(name)
+        if spec is None:
+            return {}
+        rules = self.config.get("rules") or {}
+        rule = rules.get(name, rules.get(spec.function_id))
+        if rule is not None:
+            return dict(rule)
+        default = self.config.get("side_effect_max_calls", 1)
+        return {} if spec.idempotent or default is None else {"max_calls": default}
+
+    def before_tool(self, ctx: HookContext, name: str, arguments: dict[str, Any]) -> Verdict | None:
+        rule = self._rule(ctx, name)
+        if not rule:
+            return None
+        calls: dict[str, int] = ctx.state.setdefault(self._CALLS, {})
+        limit = rule.get("max_calls")
+        if limit is not None and calls.get(name, 0) >= int(limit):
+            reason = f"{name} may run at most {limit} time(s) per request and already ran; do not call it again"
+            return Verdict.block(self.feedback(reason))
+        required = [str(r) for r in rule.get("requires_any") or []]
+        if required and not set(required) & ctx.state.get(self._DONE, set()):
+            return Verdict.block(self.feedback(f"call {' or '.join(required)} first and use its result before {name}"))
+        calls[name] = calls.get(name, 0) + 1
+        return None
+
+    def after_tool(self, ctx: HookContext, name: str, arguments: dict[str, Any], result: Any) -> Verdict | None:
+        failed = isinstance(result, dict) and set(result) == {"error"}  # how a failure is observed
+        if not failed:
+            spec = ctx.harness.tool(name)
+            ctx.state.setdefault(self._DONE, set()).update({name, spec.function_id if spec else name})
+        return None
 
 
 class ContextNoteHook(Hook):
@@ -272,13 +371,25 @@ class ContextNoteHook(Hook):
 
 BUILTIN_HOOKS: dict[str, type[Hook]] = {
     cls.name: cls
-    for cls in (InputGuardHook, ReplySchemaHook, ReplyLengthHook, GroundedClaimsHook, ToolRetryHook, ContextNoteHook)
+    for cls in (
+        InputGuardHook,
+        ReplySchemaHook,
+        ReplyLengthHook,
+        GroundedClaimsHook,
+        ClaimsCheckHook,
+        ToolRetryHook,
+        ToolPolicyHook,
+        ContextNoteHook,
+    )
 }
 
 
 # -- resolution ----------------------------------------------------------------------------------
 def _load_project_module(harness: Harness) -> Any:
-    """Import the harness's ``hooks.py`` from its source (so a saved/augmented copy works too)."""
+    """Import the harness's ``hooks.py`` from its source (so a saved/augmented copy works too).
+
+    This runs the file's code, so only :func:`build_hooks` calls it (an agent being built to serve
+    or run the harness); validation reads ``hooks.py`` statically (:func:`check_hook_spec`)."""
     key = f"hat_harness_hooks_{harness.content_hash()[:16]}"
     if key in sys.modules:
         return sys.modules[key]
@@ -288,18 +399,30 @@ def _load_project_module(harness: Harness) -> Any:
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
     module.__file__ = str(Path(harness.root or ".") / "hooks.py")
-    exec(compile(harness.hooks_source, module.__file__, "exec"), module.__dict__)
+    try:
+        exec(compile(harness.hooks_source, module.__file__, "exec"), module.__dict__)
+    except Exception as exc:  # the harness's own code failed: say so, with the file
+        raise HarnessError(f"hooks.py of harness {harness.name!r} failed to load: {type(exc).__name__}: {exc}") from exc
     sys.modules[key] = module
     return module
 
 
 def _resolve(spec: HookSpec, harness: Harness) -> type[Hook]:
+    """The hook class ``spec`` names, importing (and so running) its module; see
+    :func:`check_hook_spec` for the static check validation uses instead."""
     if spec.name in BUILTIN_HOOKS:
         return BUILTIN_HOOKS[spec.name]
     if spec.name.startswith("hooks:"):
         obj = getattr(_load_project_module(harness), spec.name[len("hooks:") :])
     elif spec.name.startswith("python:"):
-        module, _, attr = spec.name[len("python:") :].partition(":")
+        target = spec.name[len("python:") :]
+        what = f"hook {spec.name!r}"
+        problem = check_python_target(
+            target, what=what, root=harness.root, trusted=harness.trusted_modules, want_class=True
+        )
+        if problem:  # the binding policy holds for harnesses built in memory too
+            raise HarnessError(problem)
+        module, _, attr = target.partition(":")
         obj = getattr(importlib.import_module(module), attr)
     else:
         raise LookupError(
@@ -312,13 +435,29 @@ def _resolve(spec: HookSpec, harness: Harness) -> type[Hook]:
 
 
 def check_hook_spec(spec: HookSpec, harness: Harness) -> str | None:
-    """The problem with a hook reference, or None. Used by harness validation."""
+    """The problem with a hook reference, or None. Used by harness validation, so it never imports
+    or runs harness code: ``hooks:Class`` is looked up in ``hooks.py``'s syntax tree and
+    ``python:module:Class`` is located and read under the binding policy of
+    :mod:`hat.harness.static_check`. A built-in hook is constructed with its config (HAT's own
+    code), so a bad config shows here; a project hook's config is checked when it is built."""
+    if spec.name in BUILTIN_HOOKS:
+        try:
+            BUILTIN_HOOKS[spec.name](**dict(spec.config))
+        except Exception as exc:  # a bad config
+            return f"hook {spec.name!r} cannot be loaded: {type(exc).__name__}: {exc}"
+        return None
+    if spec.name.startswith("hooks:"):
+        problem = check_hooks_class(harness.hooks_source, spec.name[len("hooks:") :])
+        return f"hook {spec.name!r} cannot be loaded: {problem}" if problem else None
+    if spec.name.startswith("python:"):
+        target, what = spec.name[len("python:") :], f"hook {spec.name!r}"
+        return check_python_target(
+            target, what=what, root=harness.root, trusted=harness.trusted_modules, want_class=True
+        )
     try:
-        _resolve(spec, harness)(**dict(spec.config))
+        _resolve(spec, harness)  # an unknown name: raises before importing anything
     except LookupError as exc:
         return str(exc.args[0]) if exc.args else str(exc)
-    except Exception as exc:  # import errors, syntax errors in hooks.py, bad config
-        return f"hook {spec.name!r} cannot be loaded: {type(exc).__name__}: {exc}"
     return None
 
 

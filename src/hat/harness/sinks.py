@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from hat.harness.trace import Trace
+from hat.harness.trace import Trace, append_jsonl
 
 __all__ = ["CallbackSink", "ConsoleSink", "JSONLSink", "Sink"]
 
@@ -22,17 +22,20 @@ class Sink(Protocol):
 
 
 class JSONLSink:
-    """Appends one trace per line; safe to share between threads."""
+    """Appends one trace per line; safe to share between threads. Each trace starts on a fresh line
+    (a line torn by an earlier crash stays a line of its own, which readers skip) and is flushed as
+    one write; ``fsync=True`` also makes it durable before ``emit`` returns (slower)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, fsync: bool = False) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fsync = fsync
         self._lock = threading.Lock()
 
     def emit(self, trace: Trace) -> None:
-        line = trace.to_json() + "\n"
-        with self._lock, open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(line)
+        line = trace.to_json()
+        with self._lock:
+            append_jsonl(self.path, [line], fsync=self.fsync)
 
 
 class ConsoleSink:

@@ -9,11 +9,11 @@ arguments to canonical names through the tool's ``metadata.param_map`` (canonica
 absent map is the identity). Gold (:class:`~hat.env.episode.Gold`) speaks only in function ids
 and canonical names, so the label follows the transformation.
 
-Numbers follow :class:`~hat.harness.hooks.GroundedClaimsHook` (same regular expression, same
-"compare as numbers" idea) with two deliberate differences: values are normalised with
-``Decimal`` (``49.90`` == ``49.9``, no 6-digit ``%g`` collisions) and ``1,299`` (comma followed by
-exactly three digits) is a thousands separator rather than a decimal comma. The hook's helpers
-are private, and the judge must not change when the hook does, so the logic is restated here.
+Numbers are parsed by :mod:`hat.harness.claims` (``norm_number``, ``numbers_in``,
+``typed_numbers``), the one parser the runtime's ``grounded_claims`` and ``claims_check`` hooks use
+too, so hook and judge agree on what a number is: values are normalised with ``Decimal``
+(``49.90`` == ``49.9``) and ``1,299`` (comma followed by exactly three digits) is a thousands
+separator rather than a decimal comma. They are re-exported here under their old names.
 
 Grounding (where a reply's numbers may come from) is *typed*, because the numbers of a live
 room's prompt are everywhere ("12 turns", "30 min", "110 cm") and a model that borrows them for
@@ -36,10 +36,10 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
 from typing import Any, Protocol
 
 from hat.env.episode import Episode
+from hat.harness.claims import norm_number, numbers_in, typed_numbers
 from hat.harness.state import Harness, ToolSpec
 from hat.harness.trace import ToolCallRecord, Trace
 
@@ -71,11 +71,6 @@ __all__ = [
 FAULT_STATUSES = ("timeout", "error", "empty")
 """Tool statuses that are the backend's fault (the model did nothing wrong by calling)."""
 
-_NUMBER = re.compile(r"(?<![\w.])(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:[.,]\d+)?)")
-_THOUSANDS = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?")
-_MONEY_BEFORE = re.compile(r"(?:[$€£¥]|\b(?:usd|eur|gbp|rmb))\s?$", re.IGNORECASE)
-_MONEY_AFTER = re.compile(r"\s?(?:usd|dollars?|bucks|eur|euros?|gbp|pounds?|rmb|yuan)\b", re.IGNORECASE)
-_PERCENT_AFTER = re.compile(r"\s?(?:%|percent\b|pct\b)", re.IGNORECASE)
 _NO_DATA_KEYS = frozenset({"note", "query", "message"})
 _PHRASE_TOKEN = re.compile(r"\d+(?:[.,]\d+)*|[^\W\d_]+")
 
@@ -127,22 +122,6 @@ def flagged_decoy(metadata: Mapping[str, Any]) -> bool:
 
 
 # -- numbers and phrases ------------------------------------------------------------------------------
-def norm_number(text: str) -> str:
-    """Canonical form of one number as written: ``"49.90"`` -> ``"49.9"``, ``"1,299"`` -> ``"1299"``,
-    ``"4,99"`` -> ``"4.99"`` (a decimal comma), ``"007"`` -> ``"7"``."""
-    text = text.replace(",", "") if _THOUSANDS.fullmatch(text) else text.replace(",", ".")
-    try:
-        value = Decimal(text).normalize()
-    except InvalidOperation:
-        return text
-    return format(value, "f")
-
-
-def numbers_in(text: str) -> list[str]:
-    """Every number in ``text``, normalised, in order (digits inside words such as ``LIVE10`` skipped)."""
-    return [norm_number(n) for n in _NUMBER.findall(text)]
-
-
 def _phrase_tokens(text: str) -> list[str]:
     return [norm_number(t) if t[0].isdigit() else t.lower() for t in _PHRASE_TOKEN.findall(text)]
 
@@ -267,22 +246,6 @@ def _hook_config(harness: Harness, name: str) -> Mapping[str, Any]:
 
 def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-
-
-def typed_numbers(text: str) -> list[tuple[str, str]]:
-    """``(number, kind)`` for every number in ``text``; ``kind`` is ``money`` (a currency sign or
-    word next to it: ``$30``, ``30 USD``), ``percent`` (``12%``, ``12 percent``) or ``plain``."""
-    out = []
-    for match in _NUMBER.finditer(text):
-        before, after = text[max(0, match.start() - 5) : match.start()], text[match.end() : match.end() + 9]
-        if _MONEY_BEFORE.search(before) or _MONEY_AFTER.match(after):
-            kind = "money"
-        elif _PERCENT_AFTER.match(after):
-            kind = "percent"
-        else:
-            kind = "plain"
-        out.append((norm_number(match.group()), kind))
-    return out
 
 
 @dataclass(frozen=True)

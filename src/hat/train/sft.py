@@ -337,18 +337,71 @@ def _packed_setup(
     return _Setup(trainer, chosen, base_ref, n_truncated)
 
 
+_WEIGHT_FILES = (
+    "adapter_model.safetensors",
+    "adapter_model.bin",
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+
+
+def checkpoint_problem(folder: Path) -> str | None:
+    """Why ``folder`` is not a complete checkpoint, or None. The transformers ``Trainer`` writes
+    ``trainer_state.json`` last (after weights, optimizer, scheduler and RNG state), so a checkpoint
+    is complete when that file parses and a weights file is there. The packed trainer renames whole
+    checkpoints into place; TRL's ``SFTTrainer`` (``packing=False``) writes in place, and a crash
+    mid-save leaves a newest ``checkpoint-N`` without these."""
+    try:
+        json.loads((folder / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "no readable trainer_state.json"
+    if not any((folder / name).is_file() for name in _WEIGHT_FILES):
+        return "no model or adapter weights"
+    return None
+
+
+def latest_complete_checkpoint(output_dir: str | Path) -> tuple[Path | None, list[str]]:
+    """The newest complete ``checkpoint-N`` in ``output_dir`` and the newer ones skipped (why)."""
+    folder = Path(output_dir)
+    found = sorted(
+        (p for p in folder.glob("checkpoint-*") if p.is_dir() and p.name.split("-", 1)[1].isdigit()),
+        key=lambda p: int(p.name.split("-", 1)[1]),
+        reverse=True,
+    )
+    skipped: list[str] = []
+    for path in found:
+        problem = checkpoint_problem(path)
+        if problem is None:
+            return path, skipped
+        skipped.append(f"{path.name} ({problem})")
+    return None, skipped
+
+
 def _resume_arg(config: HatSFTConfig) -> str | bool | None:
+    """The checkpoint to resume from: for ``latest`` the newest *complete* one (a half-written
+    newer one is skipped with a warning), or the named folder, which must be complete."""
     value = config.resume_from_checkpoint
     if value in (None, "", "false", "False"):
         return None
     if value in ("latest", "last", "true", "True"):
-        from transformers.trainer_utils import get_last_checkpoint
-
-        if not Path(config.output_dir or "").is_dir() or get_last_checkpoint(config.output_dir) is None:
+        latest, skipped = latest_complete_checkpoint(config.output_dir or "")
+        if skipped:
+            logger.warning("--resume skips incomplete checkpoints: %s", ", ".join(skipped))
+        if latest is None and not skipped:
             raise HatError(f"--resume: no checkpoint-* folder in {config.output_dir}; train without --resume first")
-        return True
+        if latest is None:
+            raise HatError(
+                f"--resume: no complete checkpoint in {config.output_dir} (incomplete: {', '.join(skipped)}); "
+                "delete them and train without --resume"
+            )
+        return str(latest)
     if not Path(value).is_dir():
         raise HatError(f"resume_from_checkpoint: {value} is not a checkpoint folder")
+    problem = checkpoint_problem(Path(value))
+    if problem is not None:
+        raise HatError(f"resume_from_checkpoint: {value} is incomplete ({problem}); pick an earlier checkpoint")
     return value
 
 
