@@ -27,6 +27,8 @@ from hat.serve.streaming import _ACTIVE
 REPLY = '<think>a greeting</think><reply>{"reply": "Hello there, welcome to the stream!"}</reply>'
 OTHER = '<reply>{"reply": "Great question, I will check for you."}</reply>'
 PRICE_CALL = '<tool_call>{"name": "get_price", "arguments": {}}</tool_call>'
+ADMIN_TOKEN = "test-admin-token"
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}  # headers for POST /v1/harness/reload
 
 
 @contextlib.contextmanager

@@ -109,7 +109,9 @@ def test_served_stream_counts_reply_tokens_with_the_tokenizer(model):
     app = create_app("livestream", model, max_concurrency=1, request_timeout_s=120)
 
     async def ask() -> str:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=120) as c:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost", timeout=120
+        ) as c:
             return (await c.post("/v1/reply/stream", json={"room_id": "r", "comment": "hi!"})).text
 
     text = asyncio.run(ask())

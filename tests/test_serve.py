@@ -22,6 +22,8 @@ from hat.models.scripted import ScriptedModel
 from hat.serve import create_app
 from hat.serve.streaming import partial_reply
 from serving import (
+    ADMIN,
+    ADMIN_TOKEN,
     OTHER,
     PRICE_CALL,
     REPLY,
@@ -144,12 +146,12 @@ def test_health_and_harness_info():
 
 def test_reload_of_a_valid_harness_changes_the_hash(tmp_path):
     folder = harness_copy(tmp_path)
-    app = create_app(folder, ScriptedModel([REPLY], loop=True))
+    app = create_app(folder, ScriptedModel([REPLY], loop=True), admin_token=ADMIN_TOKEN)
     with serving(app) as url:
         before = httpx.get(f"{url}/v1/harness").json()
-        same = httpx.post(f"{url}/v1/harness/reload").json()
+        same = httpx.post(f"{url}/v1/harness/reload", headers=ADMIN).json()
         edit_role(folder, "Always greet viewers by name.")
-        r = httpx.post(f"{url}/v1/harness/reload", json={"path": str(folder)})
+        r = httpx.post(f"{url}/v1/harness/reload", json={"path": str(folder)}, headers=ADMIN)
         reply = httpx.post(f"{url}/v1/reply", json={"room_id": "r", "comment": "hi"}).json()
     assert same["changed"] is False and same["current"]["hash"] == before["hash"]
     assert r.status_code == 200 and r.json()["changed"] is True
@@ -160,10 +162,10 @@ def test_reload_of_a_valid_harness_changes_the_hash(tmp_path):
 def test_reload_of_a_broken_harness_is_rejected_and_old_version_serves(tmp_path):
     good, broken = harness_copy(tmp_path, "good"), harness_copy(tmp_path, "broken")
     (broken / "tools" / "get_price.yaml").write_text("name: get_price\nparameters: [unclosed\n", encoding="utf-8")
-    app = create_app(good, ScriptedModel([REPLY], loop=True))
+    app = create_app(good, ScriptedModel([REPLY], loop=True), admin_token=ADMIN_TOKEN)
     with serving(app) as url:
         before = httpx.get(f"{url}/v1/harness").json()
-        r = httpx.post(f"{url}/v1/harness/reload", json={"path": str(broken)})
+        r = httpx.post(f"{url}/v1/harness/reload", json={"path": str(broken)}, headers=ADMIN)
         after = httpx.get(f"{url}/v1/harness").json()
         reply = httpx.post(f"{url}/v1/reply", json={"room_id": "r", "comment": "hi"})
     error = r.json()["error"]
@@ -177,7 +179,7 @@ def test_reload_of_a_broken_harness_is_rejected_and_old_version_serves(tmp_path)
 def test_in_flight_request_finishes_on_the_version_it_started_with(tmp_path):
     folder = harness_copy(tmp_path)
     gate = Gate()
-    app = create_app(folder, gate)
+    app = create_app(folder, gate, admin_token=ADMIN_TOKEN)
     holder = app.state.server.holder
     old_hash = holder.current.hash
     results: dict[str, Any] = {}
@@ -188,7 +190,7 @@ def test_in_flight_request_finishes_on_the_version_it_started_with(tmp_path):
         slow.start()
         assert gate.entered.wait(10)
         edit_role(folder, "New rule for this version.")
-        reload = httpx.post(f"{url}/v1/harness/reload").json()
+        reload = httpx.post(f"{url}/v1/harness/reload", headers=ADMIN).json()
         fast = httpx.post(f"{url}/v1/reply", json={"room_id": "r", "comment": "fast"}).json()
         assert holder.retired_in_flight == 1  # the old agent is still open for the slow request
         gate.release.set()
@@ -284,7 +286,7 @@ def test_client_leaving_a_stream_stops_the_worker_at_its_next_model_call():
     assert first == "event: start" and gate.calls == 1  # no second round was generated
 
 
-def test_a_crashing_model_gives_500_json_and_the_server_keeps_serving():
+def test_a_crashing_model_gives_the_fallback_with_status_error_and_the_server_keeps_serving():
     def crash(messages: list[dict[str, str]]) -> str:
         if "crash" in messages[-1]["content"]:
             raise RuntimeError("backend segfault simulation")
@@ -295,8 +297,12 @@ def test_a_crashing_model_gives_500_json_and_the_server_keeps_serving():
         bad = httpx.post(f"{url}/v1/reply", json={"room_id": "r", "comment": "crash"})
         streamed = sse_events(httpx.post(f"{url}/v1/reply/stream", json={"room_id": "r", "comment": "crash"}).text)
         good = httpx.post(f"{url}/v1/reply", json={"room_id": "r", "comment": "hello"})
-    assert bad.status_code == 500 and bad.json()["error"]["code"] == "internal_error"
-    assert streamed[-1][0] == "error" and streamed[-1][1]["error"]["code"] == "internal_error"
+    # an exception that is not a ModelError is answered like a failed model: fallback, status error
+    assert bad.status_code == 200 and bad.json()["status"] == "error", bad.text
+    assert bad.json()["reply"].startswith("Thanks for the question")
+    assert "segfault" not in bad.text and bad.json()["trace_id"] in bad.json()["status_reason"]
+    assert streamed[-1][0] == "done" and streamed[-1][1]["status"] == "error"
+    assert standing_text(streamed) == streamed[-1][1]["reply"]
     assert good.status_code == 200 and app.state.server.admission.running == 0
 
 
@@ -355,7 +361,9 @@ def test_admin_token_guards_reload():
 
 # -- OpenAPI and metrics -------------------------------------------------------------------------------
 def test_openapi_lists_every_route_and_real_responses_match_it(tmp_path):
-    app = create_app(harness_copy(tmp_path), ScriptedModel([REPLY], loop=True), max_body_bytes=4096)
+    app = create_app(
+        harness_copy(tmp_path), ScriptedModel([REPLY], loop=True), max_body_bytes=4096, admin_token=ADMIN_TOKEN
+    )
     spec = app.openapi()
     routes = {
         (route.path, method.lower())
@@ -387,7 +395,7 @@ def test_openapi_lists_every_route_and_real_responses_match_it(tmp_path):
             "ReplyResponse": httpx.post(f"{url}/v1/reply", json={"room_id": "r", "comment": "hi"}).json(),
             "HealthResponse": httpx.get(f"{url}/health").json(),
             "HarnessInfo": httpx.get(f"{url}/v1/harness").json(),
-            "ReloadResponse": httpx.post(f"{url}/v1/harness/reload").json(),
+            "ReloadResponse": httpx.post(f"{url}/v1/harness/reload", headers=ADMIN).json(),
             "ErrorResponse": httpx.post(f"{url}/v1/reply", json={"room_id": "r"}).json(),
         }
         done = sse_events(httpx.post(f"{url}/v1/reply/stream", json={"room_id": "r", "comment": "hi"}).text)[-1][1]

@@ -23,6 +23,8 @@ from hat.harness.trace import Trace
 from hat.models.scripted import ScriptedModel
 from hat.serve import create_app
 from serving import (
+    ADMIN,
+    ADMIN_TOKEN,
     OTHER,
     PRICE_CALL,
     REPLY,
@@ -67,7 +69,8 @@ async def _soak_client(url: str, n: int, concurrency: int, reload_at: int, new_p
                     results["hashes"][h] = results["hashes"].get(h, 0) + 1
                 done += 1
                 if done == reload_at:
-                    results["reload"] = (await client.post("/v1/harness/reload", json={"path": new_path})).json()
+                    reload = await client.post("/v1/harness/reload", json={"path": new_path}, headers=ADMIN)
+                    results["reload"] = reload.json()
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
     return results
@@ -76,7 +79,7 @@ async def _soak_client(url: str, n: int, concurrency: int, reload_at: int, new_p
 def test_soak_2000_requests_at_concurrency_16_with_a_reload(tmp_path):
     first, second = harness_copy(tmp_path, "v1"), harness_copy(tmp_path, "v2")
     edit_role(second, "Version two.")
-    app = create_app(first, ScriptedModel([REPLY], loop=True), max_concurrency=4, max_queue=32)
+    app = create_app(first, ScriptedModel([REPLY], loop=True), max_concurrency=4, max_queue=32, admin_token=ADMIN_TOKEN)
     with serving(app) as url:
         asyncio.run(_soak_client(url, 200, 16, 0, ""))  # warm-up: imports, pools, allocator
         gc.collect()
@@ -93,9 +96,8 @@ def test_soak_2000_requests_at_concurrency_16_with_a_reload(tmp_path):
     assert results["codes"][200] == 2000  # every request got a reply, reload or not
     assert results["reload"]["changed"] is True
     assert set(results["hashes"]) == {results["reload"]["previous"]["hash"], results["reload"]["current"]["hash"]}
-    # Sized to finish well within 60 s on an idle 2-core box (14 s measured); the bound is doubled so
-    # a machine busy with other jobs does not flake, while a pathological slowdown still fails.
-    assert elapsed <= 120, f"soak took {elapsed:.1f}s"
+    # No wall-time bound here (a test is not a benchmark; a busy machine would flake it): speed is
+    # measured by `hat bench` (reports/serving.md); a hang is caught by pytest-timeout.
     assert growth < 40, f"RSS grew by {growth:.1f} MB"
     assert (health["running"], health["queued"]) == (0, 0)
 
@@ -182,7 +184,7 @@ def test_bench_latency_replays_simulator_traffic_and_writes_outputs(tmp_path):
         assert (tmp_path / "latency_cdf.png").stat().st_size > 1000
 
 
-def test_serve_command_refuses_open_admin_on_a_public_host_and_bad_harness():
+def test_serve_command_refuses_a_wildcard_bind_without_host_names_and_bad_harness():
     import typer
     from typer.testing import CliRunner
 
@@ -192,6 +194,6 @@ def test_serve_command_refuses_open_admin_on_a_public_host_and_bad_harness():
     app.command()(serve_command)
     app.command("other")(lambda: None)
     public = CliRunner().invoke(app, ["serve-command", "--host", "0.0.0.0", "--model", "scripted:x"])
-    assert public.exit_code == 2 and "admin-token" in public.output
+    assert public.exit_code == 2 and "--allowed-host" in public.output
     broken = CliRunner().invoke(app, ["serve-command", "--harness", "/no/such/harness", "--model", "oracle"])
     assert broken.exit_code == 2 and "error" in broken.output

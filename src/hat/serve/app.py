@@ -7,7 +7,7 @@ Routes (the OpenAPI document at ``/openapi.json`` is generated from these and te
                               done (a ReplyResponse) or error - see hat.serve.streaming
     GET  /health              liveness plus the serving version and the queue
     GET  /v1/harness          the current harness version (name, version, hash, loaded_at)
-    POST /v1/harness/reload   load a harness folder (validated first); admin bearer token if set
+    POST /v1/harness/reload   load a harness folder (validated first); admin bearer token
     GET  /metrics             Prometheus text (prometheus_client), 503 without it
 
 Design decisions:
@@ -23,30 +23,47 @@ Design decisions:
   stays true.
 - **Versions.** Each request leases the current (harness, agent) pair when it starts running
   (``HarnessHolder.lease``), so a reload never changes a request midway; see ``hat.serve.state``.
+- **Clients that leave are cancelled.** While a request waits for a slot or runs, the handler
+  also waits for the client's disconnect; when that comes first the request leaves the queue, or
+  its worker stops at its next model call (as for a deadline), and ``cancelled`` counts it
+  (``/health`` and ``hat_cancelled_total``). Streams are cancelled by the streaming response.
 - **Hostile input never crashes the server.** Bodies over ``max_body_bytes`` get 413 before they
-  are parsed; bad JSON 400; schema and limit violations 422 naming the field; every error is
-  the same JSON shape, ``{"error": {"code", "message", "details"}}``.
+  are parsed, bodies slower than ``body_timeout_s`` 408; bad JSON 400; schema and limit
+  violations 422 naming the field; every error is the same JSON shape,
+  ``{"error": {"code", "message", "details"}}``.
+- **No handler error becomes a broken connection.** An exception inside the agent (a prompt
+  template that fails to render, a model backend that raises) is answered like a failed model:
+  the harness's fallback reply with ``status="error"``, HTTP 200, the cause in the server log and
+  the trace under the request id. Anything else that escapes becomes a JSON 500 from
+  :class:`~hat.serve.limits.CatchAll`, which - unlike Starlette's handler for ``Exception`` -
+  does not re-raise, so uvicorn keeps the keep-alive connection open.
+- **Trust boundary.** The harness is code: a reload needs the admin token (always set; a random
+  one when none is given), may only load folders under ``harness_roots`` and gets the same answer
+  for every unusable path (``hat.serve.state``). The ``Host`` header must name the server
+  (``allowed_hosts``, loopback names by default), which stops DNS rebinding. API clients never
+  see server paths or a tool backend's error text - those stay in the log and the trace.
 - **The room.** The deployment's default room comes from ``context_provider`` once at start;
-  a request's ``room`` overrides it key by key and ``room_id`` is always the request's.
+  a request's typed ``room`` (:class:`~hat.serve.schemas.RoomState`) overrides it key by key and
+  ``room_id`` is always the request's.
 """
 
 import asyncio
 import concurrent.futures as cf
 import copy
+import logging
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import Body, Depends, FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from hat.env.context import livestream_context
 from hat.harness.runtime import Agent, ContextProvider
@@ -54,8 +71,17 @@ from hat.harness.runtime import Request as AgentRequest
 from hat.harness.runtime import Response as AgentResponse
 from hat.harness.sinks import Sink
 from hat.harness.state import Harness
+from hat.harness.trace import Trace
 from hat.models.base import Model
-from hat.serve.limits import Admission, ApiError, BodyLimit
+from hat.serve.limits import (
+    LOOPBACK_HOSTS,
+    Admission,
+    ApiError,
+    BodyLimit,
+    CatchAll,
+    HostCheck,
+    install_error_handlers,
+)
 from hat.serve.metrics import Metrics
 from hat.serve.schemas import (
     ErrorResponse,
@@ -66,12 +92,16 @@ from hat.serve.schemas import (
     ReplyRequestBase,
     ReplyResponse,
     RequestLimits,
+    RoomState,
     reply_request_model,
 )
-from hat.serve.state import HarnessHolder, HarnessVersion, ReloadRejected
+from hat.serve.state import HarnessHolder, HarnessVersion, ReloadNotAllowed, ReloadRejected
 from hat.serve.streaming import RequestChannel, ServingModel, count_tokens, sse
 
 __all__ = ["create_app"]
+
+log = logging.getLogger("hat.serve")
+T = TypeVar("T")
 
 _ENDPOINTS = {"/v1/reply": "reply", "/v1/reply/stream": "stream", "/v1/harness/reload": "reload"}
 
@@ -83,11 +113,12 @@ class _Server:
     def __init__(self, holder: HarnessHolder, model: ServingModel, settings: dict[str, Any]) -> None:
         self.holder, self.model = holder, model
         self.timeout_s: float = settings["request_timeout_s"]
-        self.admin_token: str | None = settings["admin_token"]
+        self.admin_token: str = settings["admin_token"]
         self.room_defaults: dict[str, Any] = settings["room_defaults"]
         self.admission = Admission(settings["max_concurrency"], settings["max_queue"])
         self.executor = cf.ThreadPoolExecutor(settings["max_concurrency"], thread_name_prefix="hat-serve")
         self.metrics = Metrics(lambda: self.admission.running, lambda: self.admission.queued)
+        self.cancelled = 0
         self.started = time.time()
         self.metrics.harness(holder.current.harness.name, holder.current.harness.version, holder.current.hash)
 
@@ -97,7 +128,7 @@ class _Server:
 
     # -- one request ------------------------------------------------------------------------------
     def agent_request(self, body: ReplyRequestBase) -> AgentRequest:
-        room = {**copy.deepcopy(self.room_defaults), **(body.room or {}), "room_id": body.room_id}
+        room = {**copy.deepcopy(self.room_defaults), **body.room_overrides(), "room_id": body.room_id}
         history = tuple(h.model_dump() for h in getattr(body, "history", ()))
         comments = body.texts()
         return AgentRequest(
@@ -131,8 +162,36 @@ class _Server:
             504, f"no reply within {self.timeout_s:g}s ({where}); the request was cancelled at its next model call"
         )
 
+    async def guarded(self, http: Request, endpoint: str, channel: RequestChannel, work: Coroutine[Any, Any, T]) -> T:
+        """Await ``work`` unless the client disconnects first; then cancel it - out of the queue, or
+        its worker at the next model call - count it, and answer 499 (nobody is left to read it)."""
+        task = asyncio.ensure_future(work)
+        gone = asyncio.ensure_future(_client_gone(http))
+        try:
+            await asyncio.wait((task, gone), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the server is shutting down
+            task.cancel()
+            channel.cancel.set()
+            raise
+        finally:
+            gone.cancel()
+        if task.done():
+            return task.result()
+        stage = channel.stage
+        task.cancel()
+        channel.cancel.set()
+        await asyncio.gather(task, return_exceptions=True)
+        self.count_cancelled(endpoint, stage)
+        raise ApiError(499, "the client closed the connection; the request was cancelled")
+
+    def count_cancelled(self, endpoint: str, stage: str) -> None:
+        self.cancelled += 1
+        self.metrics.cancel(endpoint, stage)
+        self.metrics.http(endpoint, 499)
+
     def start(self, request: AgentRequest, channel: RequestChannel) -> asyncio.Future[Any]:
         """Run the request on a worker; the slot is released when the worker returns."""
+        channel.stage = "running"
         loop = asyncio.get_running_loop()
         future = loop.run_in_executor(self.executor, self._work, request, channel)
         started = time.perf_counter()
@@ -152,7 +211,11 @@ class _Server:
                 channel.reply_field = version.harness.output.reply_field
                 if channel.emit is not None:
                     channel.emit("start", {"trace_id": request.request_id, "harness": version.ref()})
-                response = version.agent.respond(request)
+                try:
+                    response = version.agent.respond(request)
+                except Exception as exc:  # a template that fails to render, a backend that raises, ...
+                    log.error("request %s failed in the agent", request.request_id, exc_info=exc)
+                    response = version.failed(request, exc)
                 final = channel.final_events(response.reply) if channel.emit is not None else None
                 return version, response, final
         finally:
@@ -172,7 +235,7 @@ class _Server:
             "reply": response.reply,
             "payload": response.payload,
             "status": trace.status,
-            "status_reason": str(trace.context.get("status_reason", "")),
+            "status_reason": _status_reason(trace),
             "room_id": room_id,
             "trace_id": trace.request_id,
             "harness": version.ref(),
@@ -180,7 +243,12 @@ class _Server:
             "rounds": len(trace.rounds),
             "actions": [r.action for r in trace.rounds],
             "tool_calls": [
-                {"name": c.name, "status": c.status, "error": c.error, "latency_ms": round(c.latency_ms, 3)}
+                {
+                    "name": c.name,
+                    "status": c.status,
+                    "error": f"the call failed ({c.status}); see trace {trace.request_id}" if c.error else "",
+                    "latency_ms": round(c.latency_ms, 3),
+                }
                 for c in trace.tool_calls
             ],
             "skills_loaded": list(trace.skills_loaded),
@@ -197,28 +265,30 @@ class _Server:
             "stream": None,
         }
 
-    async def reply(self, body: ReplyRequestBase) -> JSONResponse:
+    async def reply(self, body: ReplyRequestBase, http: Request) -> JSONResponse:
         started = time.perf_counter()
-        request = self.agent_request(body)
-        queue_s = await self.admit("reply", started)
         channel = RequestChannel(started=started)
+        return await self.guarded(http, "reply", channel, self._reply(body, channel))
+
+    async def _reply(self, body: ReplyRequestBase, channel: RequestChannel) -> JSONResponse:
+        request = self.agent_request(body)
+        queue_s = await self.admit("reply", channel.started)
         future = self.start(request, channel)
         try:
             version, response, _ = await asyncio.wait_for(
-                asyncio.shield(future), self.timeout_s - (time.perf_counter() - started)
+                asyncio.shield(future), self.timeout_s - (time.perf_counter() - channel.started)
             )
         except TimeoutError:
             channel.cancel.set()
             raise self.timeout("reply", "while running") from None
-        total_s = time.perf_counter() - started
+        total_s = time.perf_counter() - channel.started
         self.metrics.reply("reply", response.trace, total_s, queue_s)
         self.metrics.http("reply", 200)
         return JSONResponse(self.reply_body(body.room_id, version, response, queue_s, total_s))
 
-    async def stream(self, body: ReplyRequestBase) -> StreamingResponse:
+    async def stream(self, body: ReplyRequestBase, http: Request) -> StreamingResponse:
         started = time.perf_counter()
         request = self.agent_request(body)
-        queue_s = await self.admit("stream", started)
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
 
@@ -226,6 +296,7 @@ class _Server:
             loop.call_soon_threadsafe(events.put_nowait, (event, data))
 
         channel = RequestChannel(emit=emit, started=started)
+        queue_s = await self.guarded(http, "stream", channel, self.admit("stream", started))
         future = self.start(request, channel)
         future.add_done_callback(lambda _: events.put_nowait(("_end", None)))
         self.metrics.http("stream", 200)
@@ -241,19 +312,24 @@ class _Server:
         channel: RequestChannel,
         queue_s: float,
     ) -> AsyncIterator[bytes]:
+        ended = False
         try:
             while True:
                 remaining = self.timeout_s - (time.perf_counter() - channel.started)
                 try:
                     event, data = await asyncio.wait_for(events.get(), max(remaining, 0.0))
                 except TimeoutError:
+                    ended = True
                     yield sse("error", {"error": self._timeout_body()})
                     return
                 if event == "_end":
+                    ended = True
                     break
                 yield sse(event, data)
             yield self._done_event(room_id, future, channel, queue_s)
         finally:
+            if not ended:  # the client left while the agent was still running
+                self.count_cancelled("stream", "running")
             channel.cancel.set()  # a no-op after a normal end; stops the worker when the client left
 
     def _timeout_body(self) -> dict[str, Any]:
@@ -264,10 +340,17 @@ class _Server:
         return {"code": "timeout", "message": message, "details": []}
 
     def _done_event(self, room_id: str, future: asyncio.Future[Any], channel: RequestChannel, queue_s: float) -> bytes:
-        if future.exception() is not None:
-            message = f"the agent failed: {type(future.exception()).__name__}"
+        """The ``done`` event, or an ``error`` event: a stream that started must end well-formed."""
+        try:
+            return self._done(room_id, future.result(), channel, queue_s)
+        except Exception as exc:
+            error_id = uuid.uuid4().hex[:12]
+            log.error("stream %s failed", error_id, exc_info=exc)
+            message = f"internal error {error_id}; the server log has the details"
             return sse("error", {"error": {"code": "internal_error", "message": message, "details": []}})
-        version, response, (source, ttft_s) = future.result()
+
+    def _done(self, room_id: str, result: Any, channel: RequestChannel, queue_s: float) -> bytes:
+        version, response, (source, ttft_s) = result
         total_s = time.perf_counter() - channel.started
         body = self.reply_body(room_id, version, response, queue_s, total_s, ttft_s)
         tokens, method = count_tokens(self.model.inner, response.reply)
@@ -283,8 +366,6 @@ class _Server:
 
     # -- admin ------------------------------------------------------------------------------------
     def check_admin(self, credentials: HTTPAuthorizationCredentials | None) -> None:
-        if self.admin_token is None:
-            return
         if credentials is None:
             self.metrics.http("reload", 401)
             raise ApiError(401, "this endpoint needs 'Authorization: Bearer <admin token>'", headers=_BEARER)
@@ -299,6 +380,11 @@ class _Server:
     async def reload(self, path: str | None) -> dict[str, Any]:
         try:
             previous, current, changed = await run_in_threadpool(self.holder.reload, path)
+        except ReloadNotAllowed:
+            log.warning("reload refused: %r is not a harness folder under the roots %s", path, self.holder.roots)
+            self.metrics.reload("refused")
+            self.metrics.http("reload", 422)
+            raise ApiError(422, ReloadNotAllowed.MESSAGE, code="harness_unavailable") from None
         except ReloadRejected as exc:
             self.metrics.reload("rejected")
             self.metrics.http("reload", 422)
@@ -318,12 +404,28 @@ class _Server:
             "queued": self.admission.queued,
             "max_concurrency": self.admission.limit,
             "max_queue": self.admission.max_queue,
+            "cancelled": self.cancelled,
             "uptime_s": round(time.time() - self.started, 3),
         }
 
 
+async def _client_gone(http: Request) -> None:
+    """Returns when the client disconnects (the body has been read; only a disconnect comes)."""
+    while (await http.receive())["type"] != "http.disconnect":
+        await asyncio.sleep(0.05)  # not a disconnect (no server sends more body now): do not spin
+
+
+def _status_reason(trace: Trace) -> str:
+    """Why the status; for ``error`` only a pointer to the trace (the cause may name hosts or paths)."""
+    if trace.status == "error":
+        return f"internal error; the server log and trace {trace.request_id} have the cause"
+    return str(trace.context.get("status_reason", ""))
+
+
 _BEARER = {"WWW-Authenticate": "Bearer"}
-_ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorResponse} for code in (400, 413, 422, 429, 500, 504)}
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorResponse} for code in (400, 408, 413, 422, 429, 500, 504)
+}
 _STREAM_DOC = """Server-sent events, in order: `start` {trace_id, harness}; per model round `round`
 {round}; `delta` {round, text} pieces of the reply text as the model writes them; `retract`
 {round, reason} when a round's deltas are void (the round was not final, or the final reply
@@ -342,59 +444,27 @@ def _default_room(provider: ContextProvider | None) -> dict[str, Any]:
         return {}
 
 
-def _install_error_handlers(app: FastAPI, server: _Server) -> None:
-    @app.exception_handler(ApiError)
-    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
-        return exc.response()
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = list(exc.errors())
-        bad_json = any(e.get("type") == "json_invalid" for e in errors)
-        details = [
-            {
-                "loc": [str(p) for p in e.get("loc", ())],
-                "message": str(e.get("msg", "")),
-                "type": str(e.get("type", "")),
-            }
-            for e in errors[:20]
-        ]
-        summary = "; ".join(f"{'.'.join(d['loc'])}: {d['message']}" for d in details[:5])
-        status = 400 if bad_json else 422
-        server.metrics.reject("invalid")
-        server.metrics.http(_ENDPOINTS.get(request.url.path, "other"), status)
-        message = f"the body is not valid JSON: {summary}" if bad_json else f"invalid request: {summary}"
-        return ApiError(status, message[:2000], code="invalid_json" if bad_json else None, details=details).response()
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        server.metrics.http(_ENDPOINTS.get(request.url.path, "other"), exc.status_code)
-        return ApiError(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None)).response()
-
-    @app.exception_handler(Exception)
-    async def _crash(request: Request, exc: Exception) -> JSONResponse:
-        server.metrics.http(_ENDPOINTS.get(request.url.path, "other"), 500)
-        return ApiError(500, f"internal error ({type(exc).__name__}); see the server log").response()
-
-
 def _install_reply_routes(app: FastAPI, server: _Server, request_model: type[ReplyRequestBase]) -> None:
     @app.post("/v1/reply", response_model=ReplyResponse, responses=_ERRORS, tags=["reply"])
-    async def reply(body: request_model) -> JSONResponse:  # type: ignore[valid-type]
+    async def reply(body: request_model, request: Request) -> JSONResponse:  # type: ignore[valid-type]
         """Answer one or several viewer comments; the reply and how it came about."""
-        return await server.reply(body)
+        return await server.reply(body, request)
 
     stream_doc: dict[int | str, dict[str, Any]] = {
         200: {"description": _STREAM_DOC, "content": {"text/event-stream": {"schema": {"type": "string"}}}}
     }
 
     @app.post("/v1/reply/stream", responses={**_ERRORS, **stream_doc}, response_class=StreamingResponse, tags=["reply"])
-    async def reply_stream(body: request_model) -> StreamingResponse:  # type: ignore[valid-type]
+    async def reply_stream(body: request_model, request: Request) -> StreamingResponse:  # type: ignore[valid-type]
         """The same request as /v1/reply, answered as server-sent events while the model writes."""
-        return await server.stream(body)
+        return await server.stream(body, request)
 
 
 def _install_ops_routes(app: FastAPI, server: _Server) -> None:
-    bearer = HTTPBearer(auto_error=False, description="Admin token (hat serve --admin-token / HAT_ADMIN_TOKEN).")
+    bearer = HTTPBearer(
+        auto_error=False,
+        description="Admin token (hat serve prints it and writes it to --admin-token-file; or --admin-token).",
+    )
 
     def admin(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:  # noqa: B008
         server.check_admin(credentials)
@@ -417,9 +487,11 @@ def _install_ops_routes(app: FastAPI, server: _Server) -> None:
 
     @app.post("/v1/harness/reload", response_model=ReloadResponse, responses=reload_errors, tags=["harness"])
     async def reload(body: ReloadRequest | None = Body(default=None), _: None = Depends(admin)) -> dict[str, Any]:  # noqa: B008
-        """Load a harness folder (default: the current one again). It is validated first: a broken
-        harness is rejected with every problem (file and line) and the running version keeps
-        serving. Requests already running finish on the version they started with."""
+        """Load a harness folder under the server's harness roots (default: the current one again).
+        It is validated first: a broken harness is rejected with every problem (file and line) and
+        the running version keeps serving. A path that is missing, outside the roots or not a
+        harness gets one answer (422 ``harness_unavailable``). Requests already running finish on
+        the version they started with."""
         return await server.reload(body.path if body else None)
 
     metrics_doc: dict[int | str, dict[str, Any]] = {
@@ -449,7 +521,7 @@ def _build_server(
     def build(harness: Harness) -> Agent:
         return Agent(harness, serving, sinks=sinks, context_provider=context_provider)
 
-    holder = HarnessHolder(harness_ref, build)
+    holder = HarnessHolder(harness_ref, build, roots=settings["harness_roots"])
     return _Server(holder, serving, {**settings, "room_defaults": _default_room(context_provider)})
 
 
@@ -461,24 +533,36 @@ def create_app(
     max_queue: int = 16,
     request_timeout_s: float = 30.0,
     max_body_bytes: int = 64 * 1024,
+    body_timeout_s: float = 10.0,
     admin_token: str | None = None,
+    harness_roots: Sequence[str | Path] = (),
+    allowed_hosts: Sequence[str] | None = None,
     context_provider: ContextProvider | None = livestream_context,
     limits: RequestLimits | None = None,
+    room_model: type[BaseModel] = RoomState,
     sinks: Sequence[Sink] = (),
 ) -> FastAPI:
     """The serving app for one harness folder (or built-in name) and one model.
 
     Raises :class:`~hat.serve.state.ReloadRejected` when the harness cannot be loaded. ``limits``
-    sets the comment count/length and history limits (422 beyond them); ``sinks`` receive every
-    trace. ``app.state.server`` exposes the holder, admission and metrics (for tests and embedding).
+    sets the comment count/length and history limits (422 beyond them) and ``room_model`` the
+    request's room schema; ``sinks`` receive every trace. Trust settings: ``admin_token`` guards
+    the reload route (``None``: a random one, read it from ``app.state.server.admin_token``);
+    ``harness_roots`` are the folders a reload may load from (default: the served harness's
+    parent); ``allowed_hosts`` the ``Host`` names accepted (default: the loopback names; ``["*"]``
+    accepts any). ``app.state.server`` exposes the holder, admission and metrics (for tests and
+    embedding).
     """
-    if max_concurrency < 1 or max_queue < 0 or request_timeout_s <= 0 or max_body_bytes < 1:
-        raise ValueError("max_concurrency >= 1, max_queue >= 0, request_timeout_s > 0 and max_body_bytes >= 1")
+    if max_concurrency < 1 or max_queue < 0 or request_timeout_s <= 0 or max_body_bytes < 1 or body_timeout_s <= 0:
+        raise ValueError(
+            "max_concurrency >= 1, max_queue >= 0, request_timeout_s > 0, max_body_bytes >= 1 and body_timeout_s > 0"
+        )
     settings = {
         "max_concurrency": max_concurrency,
         "max_queue": max_queue,
         "request_timeout_s": request_timeout_s,
-        "admin_token": admin_token or None,
+        "admin_token": admin_token or secrets.token_urlsafe(32),
+        "harness_roots": tuple(harness_roots),
     }
     server = _build_server(harness_ref, model, context_provider, sinks, settings)
 
@@ -494,8 +578,17 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.server = server
-    _install_error_handlers(app, server)
-    _install_reply_routes(app, server, reply_request_model(limits or RequestLimits()))
+
+    def count(path: str, status: int) -> None:
+        server.metrics.http(_ENDPOINTS.get(path, "other"), status)
+
+    install_error_handlers(app, count, server.metrics.reject)
+    _install_reply_routes(app, server, reply_request_model(limits or RequestLimits(), room_model))
     _install_ops_routes(app, server)
-    app.add_middleware(BodyLimit, max_bytes=max_body_bytes, on_reject=lambda: server.metrics.reject("too_large"))
+    # add_middleware wraps: the last added runs first (CatchAll, then HostCheck, then BodyLimit)
+    app.add_middleware(
+        BodyLimit, max_bytes=max_body_bytes, on_reject=server.metrics.reject, read_timeout_s=body_timeout_s
+    )
+    app.add_middleware(HostCheck, allowed_hosts=list(allowed_hosts or LOOPBACK_HOSTS))
+    app.add_middleware(CatchAll, on_error=lambda path: count(path, 500))
     return app

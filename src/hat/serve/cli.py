@@ -5,15 +5,21 @@ once), so concurrency comes from the app's worker threads (``--max-concurrency``
 (``--max-queue``), not from uvicorn workers. For more throughput run several servers behind a
 load balancer, or point ``--model openai:...`` at an engine with parallel slots.
 
-The reload endpoint is open when no admin token is set; that is fine on 127.0.0.1 (the default
-host) and refused elsewhere unless ``--admin-token`` (or ``HAT_ADMIN_TOKEN``) is given or
-``--insecure-open-admin`` says the operator means it. Treat the admin token as a code-execution
-privilege: a reloaded harness may bind Python tools and ship a ``hooks.py``, which run in this
-process.
+Trust model (why the options below exist): a harness is code - a reloaded harness may bind
+Python tools, ship a ``hooks.py`` and start MCP server commands, all in this process - so the
+admin routes are a code-execution privilege and are never open. The admin token is
+``--admin-token`` (or ``HAT_ADMIN_TOKEN``); without one a fresh token is generated at every start,
+written to ``--admin-token-file`` (mode 0600, folder 0700) and printed once. A reload may only
+load folders under a ``--harness-root`` (default: the served harness's parent folder). The
+``Host`` header must name this server - the loopback names for a loopback bind, the bound address
+for another one, plus every ``--allowed-host`` - so a web page cannot reach a loopback server
+through DNS rebinding; a wildcard bind (``0.0.0.0``) needs ``--allowed-host`` (``'*'`` accepts any).
 """
 
 from __future__ import annotations
 
+import os
+import secrets
 from pathlib import Path
 
 import typer
@@ -21,10 +27,9 @@ from rich.console import Console
 
 from hat.errors import HatError, MissingDependencyError
 
-__all__ = ["serve_command"]
+__all__ = ["default_token_file", "serve_command", "write_private"]
 
 err = Console(stderr=True)
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def _fail(message: str) -> typer.Exit:
@@ -40,6 +45,24 @@ def _load(model: str) -> object:
         return load_model(model)
 
 
+def default_token_file(port: int) -> Path:
+    """``$XDG_STATE_HOME/hat/serve-<port>.admin-token`` (``~/.local/state`` when unset)."""
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "hat" / f"serve-{port}.admin-token"
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable by this user only (0600; a new folder 0700). An existing
+    file is truncated and re-moded; a symlink at ``path`` is refused rather than followed."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
 def serve_command(
     harness: str = typer.Option("livestream", help="Harness folder or built-in name."),
     model: str = typer.Option(
@@ -51,23 +74,38 @@ def serve_command(
     max_queue: int = typer.Option(16, min=0, help="Requests waiting for a worker; beyond that 429."),
     timeout: float = typer.Option(30.0, min=0.1, help="Per-request deadline in seconds (queue + agent); 504 after."),
     max_body_bytes: int = typer.Option(65536, min=1024, help="Largest request body; 413 beyond."),
+    body_timeout: float = typer.Option(10.0, min=0.1, help="Seconds a request body may take to arrive; 408 after."),
     admin_token: str | None = typer.Option(
-        None, envvar="HAT_ADMIN_TOKEN", help="Bearer token for POST /v1/harness/reload (env HAT_ADMIN_TOKEN)."
+        None,
+        envvar="HAT_ADMIN_TOKEN",
+        help="Bearer token for POST /v1/harness/reload (env HAT_ADMIN_TOKEN); generated when not given.",
     ),
-    insecure_open_admin: bool = typer.Option(False, help="Allow a non-loopback host without an admin token."),
+    admin_token_file: Path | None = typer.Option(  # noqa: B008
+        None, help="Where a generated token is written (0600). Default: $XDG_STATE_HOME/hat/serve-PORT.admin-token."
+    ),
+    harness_root: list[Path] = typer.Option(  # noqa: B008
+        [], help="Folder a reload may load harnesses from (repeatable). Default: the served harness's parent."
+    ),
+    allowed_host: list[str] = typer.Option(  # noqa: B008
+        [], help="Host header value to accept besides the bound address (repeatable; '*' = any)."
+    ),
     trace_out: Path | None = typer.Option(None, help="Append every trace to this JSONL file."),  # noqa: B008
     log_level: str = typer.Option("info", help="uvicorn log level."),
 ) -> None:
     """Serve the agent over HTTP: /v1/reply, /v1/reply/stream, /v1/harness/reload, /health, /metrics."""
-    if host not in LOOPBACK and not admin_token and not insecure_open_admin:
-        raise _fail(f"binding {host} without --admin-token would let anyone reload the harness; set a token")
     try:
         import uvicorn
 
         from hat.harness.sinks import JSONLSink
         from hat.serve.app import create_app
+        from hat.serve.limits import allowed_hosts
     except ImportError as exc:
         raise _fail(str(MissingDependencyError(exc.name or "fastapi", "serve", "hat serve"))) from exc
+    try:
+        hosts = allowed_hosts(host, allowed_host)
+    except ValueError as exc:
+        raise _fail(str(exc)) from exc
+    token = admin_token or secrets.token_urlsafe(32)
     try:
         app = create_app(
             harness,
@@ -76,11 +114,30 @@ def serve_command(
             max_queue=max_queue,
             request_timeout_s=timeout,
             max_body_bytes=max_body_bytes,
-            admin_token=admin_token,
+            body_timeout_s=body_timeout,
+            admin_token=token,
+            harness_roots=harness_root,
+            allowed_hosts=hosts,
             sinks=[JSONLSink(trace_out)] if trace_out else [],
         )
     except HatError as exc:
         raise _fail(str(exc)) from exc
-    current = app.state.server.holder.current
+    _announce_token(token, None if admin_token else (admin_token_file or default_token_file(port)))
+    server = app.state.server
+    current = server.holder.current
+    roots = ", ".join(str(r) for r in server.holder.roots)
     err.print(f"serving {current.harness.name} {current.harness.version} ({current.hash[:12]}) on http://{host}:{port}")
+    err.print(f"reload roots: {roots}; accepted Host names: {', '.join(hosts)}", markup=False, highlight=False)
     uvicorn.run(app, host=host, port=port, log_level=log_level, workers=1, timeout_keep_alive=5)
+
+
+def _announce_token(token: str, file: Path | None) -> None:
+    """Print where the admin token is: a generated one once, with the file it was saved to."""
+    if file is None:
+        err.print("admin token: the one given with --admin-token / HAT_ADMIN_TOKEN", highlight=False)
+        return
+    try:
+        write_private(file, token + "\n")
+    except OSError as exc:
+        raise _fail(f"cannot write the admin token to {file}: {exc}; give --admin-token-file") from exc
+    err.print(f"admin token: {token}  (saved to {file}, mode 0600)", markup=False, highlight=False, soft_wrap=True)

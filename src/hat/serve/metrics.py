@@ -21,7 +21,10 @@ Metrics (all prefixed ``hat_``):
   invalid_args, blocked);
 - ``hook_verdicts_total{point,hook,verdict}`` - every non-allow verdict (``block``, ``retry``,
   ``rewrite``); ``hook_blocks_total`` counts block + retry, the ones that cost a reply or a round;
-- ``rejected_total{reason}`` - overloaded (429), timeout (504), too_large (413), invalid (4xx);
+- ``rejected_total{reason}`` - overloaded (429), timeout (504), too_large (413), body_timeout
+  (408), invalid (4xx);
+- ``cancelled_total{endpoint,stage}`` - requests whose client went away before the answer,
+  ``stage`` ``queued`` (it never ran) or ``running`` (its worker stopped at its next model call);
 - ``running`` / ``queued`` - gauges read from the admission control at scrape time;
 - ``harness_info{name,version,hash}`` (1 for the current version), ``harness_reloads_total{result}``.
 """
@@ -85,6 +88,9 @@ class Metrics:
         )
         self.hook_blocks = prom.Counter("hat_hook_blocks", "Hook verdicts block or retry.", registry=reg)
         self.rejected = prom.Counter("hat_rejected", "Requests refused before a reply.", ["reason"], registry=reg)
+        self.cancelled = prom.Counter(
+            "hat_cancelled", "Requests cancelled because the client left.", ["endpoint", "stage"], registry=reg
+        )
         self.harness_info = prom.Gauge(
             "hat_harness_info", "1 for the harness version now serving.", ["name", "version", "hash"], registry=reg
         )
@@ -102,6 +108,10 @@ class Metrics:
     def reject(self, reason: str) -> None:
         if self.enabled:
             self.rejected.labels(reason).inc()
+
+    def cancel(self, endpoint: str, stage: str) -> None:
+        if self.enabled:
+            self.cancelled.labels(endpoint, stage).inc()
 
     def reply(self, endpoint: str, trace: Trace, total_s: float, queue_s: float, ttft_s: float | None = None) -> None:
         """Record one finished request from its trace."""

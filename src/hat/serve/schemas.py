@@ -9,15 +9,27 @@ comment with a 422 that names the field, and ``/openapi.json`` shows the same nu
 Strings are checked for lone UTF-16 surrogates (``"\\ud800"`` is valid JSON but not encodable
 as UTF-8, so it would crash the response encoder later); control characters are allowed in
 comments because the harness's ``input_guard`` hook removes them and records that it did.
-Room state is free-form but bounded (keys, depth, string length) so it cannot blow up the
-prompt or the recursion limit.
+Room state is typed (:class:`RoomState`): the keys the prompts render, each bounded, unknown
+keys refused - a free-form dict let a request put a string where a template does arithmetic and
+turn every such request into a crash. An app for another domain passes its own room model to
+:func:`reply_request_model`.
 """
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, create_model, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 __all__ = [
     "ErrorBody",
@@ -31,16 +43,16 @@ __all__ = [
     "ReplyRequestBase",
     "ReplyResponse",
     "RequestLimits",
+    "RoomState",
     "StreamInfo",
     "Timings",
     "ToolCallSummary",
     "reply_request_model",
 ]
 
-ROOM_MAX_KEYS = 64
-ROOM_MAX_DEPTH = 4
-ROOM_MAX_STRING = 2000
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:\-]*$"
+ROOM_MAX_ITEMS = 64
+ROOM_MAX_TEXT = 500
 
 
 def _check_text(value: str, where: str) -> str:
@@ -49,24 +61,45 @@ def _check_text(value: str, where: str) -> str:
     return value
 
 
-def _check_room_value(value: Any, depth: int, where: str) -> None:
-    if depth > ROOM_MAX_DEPTH:
-        raise ValueError(f"room state is nested deeper than {ROOM_MAX_DEPTH} levels at {where}")
-    if isinstance(value, str):
-        _check_text(value, where)
-        if len(value) > ROOM_MAX_STRING:
-            raise ValueError(f"room value {where} is longer than {ROOM_MAX_STRING} characters")
-    elif isinstance(value, dict):
-        if len(value) > ROOM_MAX_KEYS:
-            raise ValueError(f"room object {where} has more than {ROOM_MAX_KEYS} keys")
-        for key, item in value.items():
-            _check_text(str(key), f"{where} key")
-            _check_room_value(item, depth + 1, f"{where}.{key}")
-    elif isinstance(value, list):
-        if len(value) > ROOM_MAX_KEYS:
-            raise ValueError(f"room list {where} has more than {ROOM_MAX_KEYS} items")
-        for i, item in enumerate(value):
-            _check_room_value(item, depth + 1, f"{where}[{i}]")
+def _room_text(value: str) -> str:
+    """Room values go into the system prompt: valid Unicode, no control characters."""
+    _check_text(value, "a room value")
+    if any(unicodedata.category(ch) == "Cc" for ch in value):
+        raise ValueError("a room value contains a control character; send plain text")
+    return value
+
+
+RoomText = Annotated[str, StringConstraints(max_length=ROOM_MAX_TEXT), AfterValidator(_room_text)]
+HostName = Annotated[str, StringConstraints(min_length=1, max_length=64), AfterValidator(_room_text)]
+ProductId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=ID_PATTERN)]
+
+
+class RoomState(BaseModel):
+    """The live room's state as a request may set it: the keys the livestream harness's prompts and
+    the simulator's rooms use (``hat.env.catalog``), typed and bounded.
+
+    Every field is optional; the keys a request sets override the deployment's default room one by
+    one (``null`` clears a key). Unknown keys are *rejected* (422 naming the key), not ignored: a
+    misspelt ``turns_lefts`` silently dropped would leave the model with the wrong room. The room
+    id is the request's top-level ``room_id``. Numbers are strict (``"3"`` is not a turn count),
+    so a prompt template doing arithmetic on them cannot fail on a string.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    host: HostName | None = Field(default=None, description="The host's name.")
+    on_display: ProductId | None = Field(default=None, description="Id of the product on screen.")
+    order: list[ProductId] | None = Field(
+        default=None, max_length=ROOM_MAX_ITEMS, description="Product ids in presentation order."
+    )
+    turns_left: int | None = Field(default=None, ge=0, le=10_000, strict=True, description="Host turns left.")
+    time_left_s: int | None = Field(
+        default=None, ge=0, le=7 * 24 * 3600, strict=True, description="Seconds left in the show."
+    )
+    campaign: RoomText | None = Field(default=None, description="The running campaign, e.g. a coupon and its terms.")
+    host_script: list[RoomText] | None = Field(
+        default=None, max_length=32, description="Lines the host says, in order (simulator rooms)."
+    )
 
 
 class HistoryMessage(BaseModel):
@@ -96,18 +129,11 @@ class ReplyRequestBase(BaseModel):
         pattern=ID_PATTERN,
         description="Optional client id for the request; becomes the trace id (one is generated otherwise).",
     )
-    room: dict[str, Any] | None = Field(
+    room: RoomState | None = Field(
         default=None,
-        description="Room state (turns_left, time_left_s, on_display, campaign, ...); overrides the "
-        "deployment's default room key by key.",
+        description="Room state (turns_left, time_left_s, on_display, campaign, ...); the keys given "
+        "override the deployment's default room one by one. Unknown keys are refused.",
     )
-
-    @field_validator("room")
-    @classmethod
-    def _room(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is not None:
-            _check_room_value(value, 1, "room")
-        return value
 
     @model_validator(mode="after")
     def _one_of(self) -> ReplyRequestBase:
@@ -117,6 +143,11 @@ class ReplyRequestBase(BaseModel):
         for text in [comment] if comment is not None else list(comments or []):
             _check_text(str(text), "a comment")
         return self
+
+    def room_overrides(self) -> dict[str, Any]:
+        """The room keys this request set (explicit ``null`` included), as plain data."""
+        room = getattr(self, "room", None)
+        return room.model_dump(exclude_unset=True) if isinstance(room, BaseModel) else {}
 
     def texts(self) -> tuple[str, ...]:
         """The viewer comments, in order (one for ``comment``)."""
@@ -132,12 +163,15 @@ class RequestLimits(BaseModel):
     max_history: int = 32
 
 
-def reply_request_model(limits: RequestLimits) -> type[ReplyRequestBase]:
-    """A ``ReplyRequest`` model whose comment and history limits are ``limits``."""
+def reply_request_model(limits: RequestLimits, room_model: type[BaseModel] = RoomState) -> type[ReplyRequestBase]:
+    """A ``ReplyRequest`` model whose comment and history limits are ``limits`` and whose ``room``
+    is ``room_model`` (a pydantic model; make it ``extra="forbid"`` and bound its fields)."""
     comment_type = Annotated[str, StringConstraints(min_length=1, max_length=limits.max_comment_chars)]
+    room_doc = ReplyRequestBase.model_fields["room"].description
     return create_model(
         "ReplyRequest",
         __base__=ReplyRequestBase,
+        room=(room_model | None, Field(default=None, description=room_doc)),  # type: ignore[arg-type]
         comment=(comment_type | None, Field(default=None, description="One viewer comment.")),
         comments=(
             list[comment_type] | None,  # type: ignore[valid-type]
@@ -161,7 +195,7 @@ class HarnessRef(BaseModel):
 
 
 class HarnessInfo(HarnessRef):
-    path: str
+    path: str = Field(description="The harness folder relative to the server's harness root it lies in.")
     loaded_at: float = Field(description="Unix time (seconds) the version was loaded.")
     loaded_at_iso: str
     in_flight: int = Field(description="Requests now running on this version.")
@@ -180,6 +214,9 @@ class Timings(BaseModel):
 
 
 class ToolCallSummary(BaseModel):
+    """One tool call. ``error`` is a generic message with the trace id when the call failed: the
+    backend's own error (stack traces, MCP command lines, hosts) stays in the server's trace."""
+
     name: str
     status: str
     error: str = ""
@@ -200,7 +237,9 @@ class StreamInfo(BaseModel):
 
 class ReplyResponse(BaseModel):
     """The reply and how it came about. ``status``: ``ok`` | ``fallback`` (the harness's fallback
-    reply) | ``refused`` (an input hook refused the comment) | ``error`` (the model failed)."""
+    reply) | ``refused`` (an input hook refused the comment) | ``error`` (the model or the agent
+    failed: the harness's fallback reply is sent, still with HTTP 200, and ``status_reason`` names
+    the trace id under which the server logged the cause)."""
 
     reply: str
     payload: dict[str, Any]
@@ -239,6 +278,7 @@ class HealthResponse(BaseModel):
     queued: int
     max_concurrency: int
     max_queue: int
+    cancelled: int = Field(0, description="Requests cancelled since start because their client left.")
     uptime_s: float
 
 
@@ -248,7 +288,8 @@ class ReloadRequest(BaseModel):
     path: str | None = Field(
         default=None,
         max_length=4096,
-        description="Harness folder or built-in name; default: reload the current version's folder.",
+        description="Harness folder under one of the server's harness roots (absolute, or relative to a "
+        "root); default: reload the current version's folder.",
     )
 
     @field_validator("path")

@@ -1,7 +1,8 @@
 """The versioned harness holder behind hot reload.
 
 A :class:`HarnessVersion` pairs one loaded :class:`~hat.harness.state.Harness` with the
-:class:`~hat.harness.runtime.Agent` built for it. :class:`HarnessHolder` keeps the current pair
+:class:`~hat.harness.runtime.Agent` built for it (and knows the version's answer when that agent
+raises: :meth:`HarnessVersion.failed`). :class:`HarnessHolder` keeps the current pair
 and swaps it atomically on :meth:`HarnessHolder.reload`.
 
 Why leases instead of a plain attribute read: a request must finish on the version it started
@@ -16,13 +17,22 @@ a rejected reload (:class:`ReloadRejected`) tells the operator everything to fix
 running version keeps serving untouched. Anything else that fails while building the new agent
 (a tool binding that will not import, a broken ``hooks.py``) is rejected the same way: a reload
 can fail, the server cannot.
+
+Why allowed roots: loading a harness runs its code (Python tool bindings, ``hooks.py``, MCP server
+commands), so a reload may only name a folder under one of the holder's ``roots`` (default: the
+served harness's parent folder). Paths are resolved with symlinks followed before the check, and
+every way a path can be unusable - missing, outside the roots, not a harness folder - raises the
+same :class:`ReloadNotAllowed` with the same message, so the reload endpoint cannot be used to
+probe the server's file system. Problems of an allowed harness name files relative to it.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -31,12 +41,14 @@ from typing import Any
 
 from hat.errors import HarnessError, HarnessValidationError, HatError, Problem
 from hat.harness.loader import load_harness, resolve_harness_path, validate_harness
-from hat.harness.runtime import Agent
+from hat.harness.runtime import Agent, Request, Response
 from hat.harness.state import Harness
+from hat.harness.trace import Trace
 
-__all__ = ["HarnessHolder", "HarnessVersion", "ReloadRejected"]
+__all__ = ["HarnessHolder", "HarnessVersion", "ReloadNotAllowed", "ReloadRejected"]
 
 AgentFactory = Callable[[Harness], Agent]
+log = logging.getLogger("hat.serve")
 
 
 class ReloadRejected(HarnessError):
@@ -49,9 +61,24 @@ class ReloadRejected(HarnessError):
         super().__init__(f"harness {path!r} was not loaded, the running version keeps serving: {lines}")
 
 
+class ReloadNotAllowed(ReloadRejected):
+    """The reload path is not a harness folder under an allowed root. Deliberately one message for
+    a missing path, a path outside the roots and a folder that is not a harness."""
+
+    MESSAGE = (
+        "no loadable harness at that path under the server's harness roots; give a harness folder "
+        "under a --harness-root (absolute, or relative to a root)"
+    )
+
+    def __init__(self) -> None:
+        self.path, self.problems = "", []
+        HarnessError.__init__(self, self.MESSAGE)
+
+
 @dataclass(frozen=True)
 class HarnessVersion:
-    """One loaded harness version and the agent that serves it."""
+    """One loaded harness version and the agent that serves it. ``path``: the real folder (server
+    side only); ``shown``: the same relative to its harness root, what API clients see."""
 
     harness: Harness
     agent: Agent
@@ -59,6 +86,7 @@ class HarnessVersion:
     hash: str
     generation: int
     loaded_at: float
+    shown: str = ""
 
     def ref(self) -> dict[str, Any]:
         return {
@@ -68,49 +96,116 @@ class HarnessVersion:
             "generation": self.generation,
         }
 
+    def failed(self, request: Request, exc: Exception) -> Response:
+        """The harness's fallback reply with ``status="error"`` for a request the agent raised on -
+        what the runtime answers when the model fails. The cause goes to the trace the sinks
+        receive (server side), not into the reply."""
+        harness, agent = self.harness, self.agent
+        payload = {harness.output.reply_field: harness.output.fallback_reply}
+        trace = Trace(
+            request_id=request.request_id,
+            harness_name=harness.name,
+            harness_hash=self.hash,
+            model=getattr(agent.model, "name", type(agent.model).__name__),
+            comments=request.comments,
+            system_prompt="",
+            block_hashes={},
+            tools_visible=(),
+            skills_available=tuple(s.name for s in harness.skills),
+            reply=harness.output.fallback_reply,
+            reply_payload=payload,
+            status="error",
+            context={"room": request.room, "status_reason": f"the agent failed: {type(exc).__name__}: {exc}"},
+            started_at=time.time(),
+        )
+        for sink in agent.sinks:
+            try:
+                sink.emit(trace)
+            except Exception:  # a broken sink must not lose the reply
+                log.exception("sink %s failed for request %s", type(sink).__name__, request.request_id)
+        return Response(harness.output.fallback_reply, payload, trace)
+
     def info(self, in_flight: int = 0) -> dict[str, Any]:
         iso = datetime.fromtimestamp(self.loaded_at, tz=timezone.utc).isoformat()
         return {
             **self.ref(),
-            "path": self.path,
+            "path": self.shown,
             "loaded_at": self.loaded_at,
             "loaded_at_iso": iso,
             "in_flight": in_flight,
         }
 
 
-def _load(path: str) -> tuple[str, Harness]:
-    """Resolve, validate and load ``path``; every failure becomes :class:`ReloadRejected`."""
-    try:
-        folder = resolve_harness_path(path)
-    except HarnessError as exc:
-        raise ReloadRejected(path, [Problem(path, str(exc))]) from exc
+def _real(path: str | Path) -> Path:
+    return Path(os.path.realpath(path))
+
+
+def _relative(problem: Problem, folder: Path) -> Problem:
+    """``problem`` with the folder's absolute path taken out of its file name and message."""
+    file = Path(problem.file)
+    if file.is_absolute():
+        file = file.relative_to(folder) if file.is_relative_to(folder) else Path(file.name)
+    message = problem.message.replace(f"{folder}{os.sep}", "").replace(str(folder), folder.name)
+    return replace(problem, file=str(file), message=message)
+
+
+def _load(folder: Path, shown: str) -> Harness:
+    """Validate and load ``folder``; every failure becomes :class:`ReloadRejected` (files relative)."""
     problems = validate_harness(folder)
     if problems:
-        raise ReloadRejected(str(folder), problems)
+        raise ReloadRejected(shown, [_relative(p, folder) for p in problems])
     try:
-        return str(folder), load_harness(folder)
+        return load_harness(folder)
     except HarnessValidationError as exc:  # the folder changed between validate and load
-        raise ReloadRejected(str(folder), exc.problems) from exc
+        raise ReloadRejected(shown, [_relative(p, folder) for p in exc.problems]) from exc
     except HatError as exc:
-        raise ReloadRejected(str(folder), [Problem(str(folder), str(exc))]) from exc
+        raise ReloadRejected(shown, [_relative(Problem(str(folder), str(exc)), folder)]) from exc
 
 
 class HarnessHolder:
     """The current :class:`HarnessVersion`, leased per request and swapped by :meth:`reload`.
 
     ``build_agent(harness)`` makes the agent for a version (the app passes one that shares the
-    model and the context provider). Thread-safe; :meth:`reload` calls are serialised.
+    model and the context provider). ``roots``: the folders a reload may load from (default: the
+    parent of ``ref``'s folder); ``ref`` itself is the operator's choice and is not checked.
+    Thread-safe; :meth:`reload` calls are serialised.
     """
 
-    def __init__(self, ref: str | Path, build_agent: AgentFactory) -> None:
+    def __init__(self, ref: str | Path, build_agent: AgentFactory, roots: Sequence[str | Path] = ()) -> None:
         self._build_agent = build_agent
         self._lock = threading.Lock()
         self._reload_lock = threading.Lock()
         self._leases: dict[int, int] = {}
         self._retired: dict[int, HarnessVersion] = {}
         self._generation = 0
-        self._current = self._next_generation(self._make(str(ref)))
+        try:
+            folder = _real(resolve_harness_path(ref))
+        except HarnessError as exc:
+            raise ReloadRejected(str(ref), [Problem(str(ref), str(exc))]) from exc
+        self.roots = tuple(_real(r) for r in roots) or (folder.parent,)
+        self._current = self._next_generation(self._make(folder))
+
+    def resolve(self, path: str) -> Path:
+        """The harness folder ``path`` names under one of the roots, or :class:`ReloadNotAllowed`."""
+        given = Path(path)
+        candidates = [given] if given.is_absolute() else [root / given for root in self.roots]
+        for candidate in candidates:
+            try:
+                folder = _real(candidate)
+                inside = any(folder.is_relative_to(root) for root in self.roots)
+                if inside and (folder / "harness.yaml").is_file():
+                    return folder
+            except (OSError, ValueError):  # unreadable, a NUL byte, ...: the same answer as missing
+                continue
+        raise ReloadNotAllowed()
+
+    def shown_path(self, path: str | Path) -> str:
+        """``path`` as clients see it: relative to the root it lies in (server paths stay private)."""
+        folder = Path(path)
+        for root in self.roots:
+            if folder.is_relative_to(root) and folder != root:
+                return str(folder.relative_to(root))
+        return folder.name
 
     @property
     def current(self) -> HarnessVersion:
@@ -128,15 +223,15 @@ class HarnessHolder:
         with self._lock:
             return sum(self._leases.get(g, 0) for g in self._retired)
 
-    def _make(self, path: str) -> HarnessVersion:
-        folder, harness = _load(path)
+    def _make(self, folder: Path) -> HarnessVersion:
+        shown = self.shown_path(folder)
+        harness = _load(folder, shown)
         try:
             agent = self._build_agent(harness)
         except Exception as exc:  # a bad binding or hooks.py must not take the server down
-            raise ReloadRejected(
-                folder, [Problem(folder, f"cannot build an agent: {type(exc).__name__}: {exc}")]
-            ) from exc
-        return HarnessVersion(harness, agent, folder, agent.harness_hash, 0, time.time())
+            problem = Problem(str(folder), f"cannot build an agent: {type(exc).__name__}: {exc}")
+            raise ReloadRejected(shown, [_relative(problem, folder)]) from exc
+        return HarnessVersion(harness, agent, str(folder), agent.harness_hash, 0, time.time(), shown)
 
     def _next_generation(self, version: HarnessVersion) -> HarnessVersion:
         self._generation += 1  # under self._lock (or in __init__)
@@ -168,11 +263,13 @@ class HarnessHolder:
 
         Returns ``(previous, current, changed)``; ``changed`` is false when the new folder hashes
         the same as the running version, which then stays (with its warm caches). Raises
-        :class:`ReloadRejected` and leaves the running version in place on any failure.
+        :class:`ReloadNotAllowed` for a path outside the roots, :class:`ReloadRejected` for a
+        harness that does not load, and leaves the running version in place on any failure.
         """
         with self._reload_lock:
             previous = self._current
-            candidate = self._make(path or previous.path)
+            folder = self.resolve(path) if path else Path(previous.path)
+            candidate = self._make(folder)
             if candidate.hash == previous.hash and candidate.path == previous.path:
                 candidate.agent.close()
                 return previous, previous, False

@@ -42,7 +42,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from hat.errors import ModelError
 from hat.models.base import Generation, GenerationConfig, Message, Model
@@ -153,12 +153,15 @@ class RequestChannel:
 
     ``emit(event, data)`` is thread-safe (the app passes one that hands events to the event
     loop); ``None`` for a non-streaming request. ``started`` is the handler's ``perf_counter``.
+    ``cancel`` stops the worker at its next model call or stream piece (deadline passed, client
+    gone); ``stage`` is ``queued`` until a worker takes the request, then ``running``.
     """
 
     reply_field: str = "reply"
     emit: Emit | None = None
     started: float = field(default_factory=time.perf_counter)
     cancel: threading.Event = field(default_factory=threading.Event)
+    stage: Literal["queued", "running"] = "queued"
     round: int = -1
     standing: str = ""
     deltas: int = 0
