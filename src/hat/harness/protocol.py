@@ -198,8 +198,8 @@ def neutralise_markup(text: str) -> str:
 
 def _fold(text: str) -> str:
     """Normal form for comparing text written by a viewer with text produced by the model:
-    NFKC, look-alike brackets mapped back, invisible format characters dropped, case and
-    whitespace folded."""
+    NFKC, look-alike brackets mapped back, invisible format characters dropped, case folded,
+    special-token text dropped (as the parser drops it), whitespace folded."""
     text = unicodedata.normalize("NFKC", text).translate(_UNBREAK)
     text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf").casefold()
     return " ".join(_drop_special(text).split())
@@ -241,9 +241,12 @@ def _json_objects(text: str) -> Iterable[dict[str, Any]]:
 def _keys_in(text: str, reply_field: str) -> set[str]:
     folded = _fold(text)
     keys: set[str] = set()
-    # Read as written and as the parser reads it (reasoning spans dropped): a ``<think>`` span
-    # inside a tag or a tool name disappears when the model's copy is parsed.
-    for view in dict.fromkeys((folded, _fold(strip_reasoning(folded)))):
+    # Read as written, as the parser reads it (special tokens and reasoning spans dropped: one
+    # inside a tag or a tool name vanishes when the model's copy is parsed), and both folded. The
+    # unfolded views matter for JSON keys: ``"ARGUMENTS"`` or ``"argu\u2060ments"`` folds to
+    # ``"arguments"``, but a verbatim copy is parsed as a call without arguments.
+    views = (text, strip_reasoning(_SPECIAL.sub("", text)), folded, _fold(strip_reasoning(folded)))
+    for view in dict.fromkeys(views):
         for raw in _TOOL.findall(view):
             call = _parse_tool_call(raw)
             if isinstance(call, ToolCall):

@@ -295,7 +295,7 @@ class _Server:
         def emit(event: str, data: dict[str, Any]) -> None:
             loop.call_soon_threadsafe(events.put_nowait, (event, data))
 
-        channel = RequestChannel(emit=emit, started=started)
+        channel = RequestChannel.for_comments(request.comments, emit=emit, started=started)
         queue_s = await self.guarded(http, "stream", channel, self.admit("stream", started))
         future = self.start(request, channel)
         future.add_done_callback(lambda _: events.put_nowait(("_end", None)))

@@ -27,6 +27,12 @@ Other request modes use the same wrapper: a plain ``/v1/reply`` goes straight to
 or stream piece instead of running the remaining rounds. A model call already inside the
 backend cannot be interrupted; that is why a timed-out worker may run on for one call.
 
+Comment text is never spoken early: while the reply streamed so far is contained in one of the
+request's comments (case and spacing folded, also after :func:`~hat.harness.protocol.neutralise_markup`),
+its deltas wait. A reply copied from a comment, which the runtime refuses, so never reaches the
+stream; an own reply that happens to start like the comment is released as soon as it diverges
+(or, if it never does, sent by ``final_events`` once accepted).
+
 Token counts of a streamed round: ``stream`` does not return a :class:`Generation`, so the
 backend's own counts are used when it keeps a ``last_generation`` whose text equals the streamed
 text (the transformers and llama.cpp backends do), else tokens are counted with the model's
@@ -45,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from hat.errors import ModelError
+from hat.harness.protocol import neutralise_markup
 from hat.models.base import Generation, GenerationConfig, Message, Model
 from hat.models.scripted import word_pieces
 
@@ -56,6 +63,10 @@ _ACTIVE: contextvars.ContextVar[RequestChannel | None] = contextvars.ContextVar(
 _THINK_DONE = re.compile(r"<think>.*?</think>", re.S)
 _FENCE = re.compile(r"^```(?:json)?\s*")
 _HEX4 = re.compile(r"[0-9a-fA-F]{4}")
+
+
+def _folded(text: str) -> str:
+    return " ".join(text.casefold().split())
 
 
 def sse(event: str, data: dict[str, Any]) -> bytes:
@@ -167,6 +178,18 @@ class RequestChannel:
     deltas: int = 0
     retracted: list[int] = field(default_factory=list)
     first_delta_at: dict[int | None, float] = field(default_factory=dict)
+    quoted: tuple[str, ...] = ()
+
+    @classmethod
+    def for_comments(cls, comments: Sequence[str], **kw: Any) -> RequestChannel:
+        """A channel that holds back reply text the request's comments already contain."""
+        texts = {_folded(c) for c in comments} | {_folded(neutralise_markup(c)) for c in comments}
+        return cls(quoted=tuple(t for t in texts if t), **kw)
+
+    def quotes_a_comment(self, text: str) -> bool:
+        """True while ``text`` could still be a copy of comment text: its streamed deltas wait."""
+        folded = _folded(text)
+        return bool(folded) and any(folded in q for q in self.quoted)
 
     def activate(self) -> contextvars.Token[RequestChannel | None]:
         return _ACTIVE.set(self)
@@ -259,6 +282,8 @@ class ServingModel:
                 first = first or time.perf_counter()
                 parts.append(piece)
                 now = partial_reply("".join(parts), channel.reply_field)
+                if channel.quotes_a_comment(now):
+                    continue  # maybe a copied comment (refused by the runtime): speak nothing yet
                 if len(now) > len(emitted) and now.startswith(emitted):
                     channel.delta(now[len(emitted) :], channel.round)
                     emitted = now
