@@ -43,7 +43,9 @@ __all__ = [
     "PROTOCOL_TAGS",
     "ParsedOutput",
     "ToolCall",
+    "comment_views",
     "echoed_action",
+    "fold_text",
     "neutralise_markup",
     "parse_output",
     "quoted_actions",
@@ -203,6 +205,19 @@ def _fold(text: str) -> str:
     text = unicodedata.normalize("NFKC", text).translate(_UNBREAK)
     text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf").casefold()
     return " ".join(_drop_special(text).split())
+
+
+def fold_text(text: str) -> str:
+    """The normal form :func:`quoted_actions` compares in (see ``_fold``), for other guards."""
+    return _fold(text)
+
+
+def comment_views(text: str) -> tuple[str, ...]:
+    """Folded views of user text as a model's copy of it may read once parsed: as written, and
+    with reasoning spans and special-token text dropped as :func:`parse_output` drops them."""
+    folded = _fold(text)
+    views = (folded, _fold(strip_reasoning(folded)), _fold(strip_reasoning(_SPECIAL.sub("", text))))
+    return tuple(dict.fromkeys(v for v in views if v))
 
 
 def _drop_special(text: str) -> str:

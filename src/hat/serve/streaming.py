@@ -28,10 +28,11 @@ or stream piece instead of running the remaining rounds. A model call already in
 backend cannot be interrupted; that is why a timed-out worker may run on for one call.
 
 Comment text is never spoken early: while the reply streamed so far is contained in one of the
-request's comments (case and spacing folded, also after :func:`~hat.harness.protocol.neutralise_markup`),
-its deltas wait. A reply copied from a comment, which the runtime refuses, so never reaches the
-stream; an own reply that happens to start like the comment is released as soon as it diverges
-(or, if it never does, sent by ``final_events`` once accepted).
+request's comments (folded and read as the parser reads them:
+:func:`~hat.harness.protocol.comment_views`), its deltas wait. A reply copied from a comment,
+which the runtime refuses, so never reaches the stream; an own reply that happens to start like
+the comment is released as soon as it diverges (or, if it never does, sent by ``final_events``
+once accepted).
 
 Token counts of a streamed round: ``stream`` does not return a :class:`Generation`, so the
 backend's own counts are used when it keeps a ``last_generation`` whose text equals the streamed
@@ -51,7 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from hat.errors import ModelError
-from hat.harness.protocol import neutralise_markup
+from hat.harness.protocol import comment_views, fold_text
 from hat.models.base import Generation, GenerationConfig, Message, Model
 from hat.models.scripted import word_pieces
 
@@ -63,10 +64,6 @@ _ACTIVE: contextvars.ContextVar[RequestChannel | None] = contextvars.ContextVar(
 _THINK_DONE = re.compile(r"<think>.*?</think>", re.S)
 _FENCE = re.compile(r"^```(?:json)?\s*")
 _HEX4 = re.compile(r"[0-9a-fA-F]{4}")
-
-
-def _folded(text: str) -> str:
-    return " ".join(text.casefold().split())
 
 
 def sse(event: str, data: dict[str, Any]) -> bytes:
@@ -183,12 +180,11 @@ class RequestChannel:
     @classmethod
     def for_comments(cls, comments: Sequence[str], **kw: Any) -> RequestChannel:
         """A channel that holds back reply text the request's comments already contain."""
-        texts = {_folded(c) for c in comments} | {_folded(neutralise_markup(c)) for c in comments}
-        return cls(quoted=tuple(t for t in texts if t), **kw)
+        return cls(quoted=tuple(dict.fromkeys(v for c in comments for v in comment_views(c))), **kw)
 
     def quotes_a_comment(self, text: str) -> bool:
         """True while ``text`` could still be a copy of comment text: its streamed deltas wait."""
-        folded = _folded(text)
+        folded = fold_text(text)
         return bool(folded) and any(folded in q for q in self.quoted)
 
     def activate(self) -> contextvars.Token[RequestChannel | None]:
