@@ -10,10 +10,9 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rich.progress import Progress
 from rich.table import Table
 
-from hat.cli.common import progress_columns
+from hat.cli.common import DEFAULT_MODEL, StepProgress, error_exit, fail, stdout_to_stderr
 from hat.errors import HatError
 
 sim_app = typer.Typer(help="The simulated live room.", no_args_is_help=True)
@@ -34,8 +33,7 @@ def episodes(
     from hat.env.viewers import generate_episodes
 
     if mode not in ("single", "multi"):
-        err.print("error: --mode must be single or multi")
-        raise typer.Exit(2)
+        fail(f"--mode must be single or multi, not {mode!r}")
     eps = generate_episodes(n, seed, mode=mode, fault_rate=fault_rate)
     out_file.parent.mkdir(parents=True, exist_ok=True)
     write_episodes(out_file, eps)
@@ -48,11 +46,35 @@ def episodes(
 
 LOCAL_SPECS = ("smollm2", "smollm2-hat", "hf")
 SUITE_HELP = "Suite: t1 | t2 | t3-tool | t3-prompt (simulated room) or ifeval | rotbench | bfcl (external data)."
+MODEL_HELP = (
+    "Model spec (smollm2-hat, smollm2, hf:…, llamacpp:…, openai:…, scripted:…) or, for t1-t3 only, a "
+    "simulator policy (oracle, polite, invent-prices, wrong-tool, no-tools, memorise)."
+)
+
+
+def _known_suites() -> list[str]:
+    from hat.eval.external_suites import EXTERNAL_SUITES
+    from hat.eval.suites import SUITES
+
+    return [*sorted(SUITES), *EXTERNAL_SUITES]
+
+
+def _check_options(suite: str, model: str, data: str | None, hsa: bool, dtype: str | None) -> None:
+    """Refuse (exit 2) what does not fit together, before anything is built or loaded."""
+    from hat.eval.external_suites import EXTERNAL_SUITES
+
+    known = _known_suites()
+    if suite not in known:
+        fail(f"unknown suite {suite!r}; known suites: {', '.join(known)}")
+    if suite not in EXTERNAL_SUITES and (data is not None or hsa):
+        fail(f"--data and --hsa apply to the external suites ({', '.join(EXTERNAL_SUITES)}), not {suite}")
+    if dtype is not None and model.partition(":")[0] not in LOCAL_SPECS:
+        fail(f"--dtype applies to local models ({', '.join(LOCAL_SPECS)}), not {model!r}")
 
 
 def eval_command(
     suite: str = typer.Option("t1", help=SUITE_HELP),
-    model: str = typer.Option(..., help="Model spec (smollm2, hf:…, openai:…, scripted:…) or policy (oracle, …)."),
+    model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP),
     n: int = typer.Option(100, "--n", min=1, help="Episodes (or prompts) to evaluate."),
     seed: int = typer.Option(0, help="Seed of the episodes and policies."),
     harness: str = typer.Option("livestream", help="Production harness (folder or built-in name)."),
@@ -86,34 +108,34 @@ def eval_command(
         "differ between batch sizes.",
     ),
 ) -> None:
-    """Evaluate a model on a suite: per-dimension scores, overall score, per-intent breakdown, worst failures."""
+    """Evaluate a model on a suite: per-dimension scores, overall score, per-intent breakdown, worst
+    failures. Suite, model, options and data are checked before a model is loaded; progress goes to
+    stderr (one line per step when stderr is not a terminal), so --json keeps stdout pure JSON. A
+    local model on a CPU takes seconds to minutes per episode: start with a small --n."""
     from hat.eval.external_suites import EXTERNAL_SUITES
     from hat.eval.runner import run_cases
     from hat.eval.suites import build_cases
 
+    _check_options(suite, model, data, hsa, dtype)
     if suite in EXTERNAL_SUITES:
         _external(suite, model, data, n, hsa, out_dir, max_new_tokens, as_json)
         return
-    if dtype is not None and model.partition(":")[0] not in LOCAL_SPECS:
-        err.print(f"error: --dtype applies to local models ({', '.join(LOCAL_SPECS)}), not {model!r}", markup=False)
-        raise typer.Exit(2)
     try:
         cases = build_cases(suite, n=n, seed=seed, harness=harness, fault_rate=fault_rate)
     except (KeyError, HatError) as exc:
-        err.print(f"error: {exc.args[0] if isinstance(exc, KeyError) else exc}", markup=False)
-        raise typer.Exit(2) from exc
+        fail(exc.args[0] if isinstance(exc, KeyError) else exc)
     command = "hat " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     identity = {"suite": suite, "model": model, "seed": seed, "n": n, "harness": harness}
     identity |= {"fault_rate": fault_rate, "dtype": dtype, "cases": _cases_hash(cases)}
     try:
         log, done = _case_log(out_dir, suite, model, identity, resume)
-        with Progress(*progress_columns(), console=err, transient=True) as progress:
-            task = progress.add_task(f"{suite} · {model}", total=len(cases), completed=len(done))
+        progress = StepProgress(f"{suite} · {model}", len(cases), completed=len(done))
+        with progress, stdout_to_stderr(as_json):
 
             def on_case(case: Any) -> None:
                 if log is not None:  # written as it finishes: an interrupted run keeps it
                     log.append(case)
-                progress.advance(task)
+                progress.advance()
 
             result = run_cases(
                 suite,
@@ -128,8 +150,7 @@ def eval_command(
                 done=done,
             )
     except HatError as exc:
-        err.print(f"error: {exc}", markup=False)
-        raise typer.Exit(2) from exc
+        fail(exc, error_exit(exc))
     summary = result.summary()
     if out_dir is not None:
         markdown, summary_json = _summary_paths(out_dir, suite, model)
@@ -203,13 +224,15 @@ def _external(
     max_new_tokens: int,
     as_json: bool,
 ) -> None:
-    from hat.eval.external_suites import run_external
+    from hat.eval.external_suites import check_external, run_external
 
-    columns = progress_columns()
     command = "hat " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     try:
-        with Progress(*columns, console=err, transient=True) as progress:
-            task = progress.add_task(f"{suite} · {model}", total=None)
+        check_external(suite, model, data)  # before the model loads: policy, data, scorer
+    except (HatError, OSError, ValueError) as exc:
+        fail(exc)
+    try:
+        with StepProgress(f"{suite} · {model}") as update, stdout_to_stderr(as_json):
             summary = run_external(
                 suite,
                 model,
@@ -218,12 +241,12 @@ def _external(
                 hsa=hsa,
                 out_dir=out_dir,
                 max_new_tokens=max_new_tokens,
-                progress=lambda done, total: progress.update(task, completed=done, total=total),
+                progress=update,
                 command=command,
+                checked=True,
             )
     except (HatError, OSError, ValueError) as exc:
-        err.print(f"error: {exc}", markup=False)
-        raise typer.Exit(2) from exc
+        fail(exc, error_exit(exc))
     if as_json:
         print(json.dumps({k: v for k, v in summary.items() if k != "command"}))
     else:

@@ -7,27 +7,28 @@ statically (see :mod:`hat.harness.static_check`), so they are safe on a folder n
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 from pathlib import Path
 
 import typer
 from rich.console import Console
 
+from hat.cli.common import fail
 from hat.errors import HarnessError
 from hat.harness.loader import check_harness, load_harness, resolve_harness_path
-from hat.harness.state import SectionDiff, diff_harness
+from hat.harness.state import Harness, SectionDiff, diff_harness
 
 app = typer.Typer(help="Create, check and compare harness folders.", no_args_is_help=True)
 out = Console()
 err = Console(stderr=True)
 
 
-def _load_or_exit(ref: str):
+def _load_or_exit(ref: str) -> Harness:
     try:
         return load_harness(ref)
     except HarnessError as exc:
-        err.print(f"error: {exc}", markup=False, soft_wrap=True, highlight=False)
-        raise typer.Exit(2) from exc
+        fail(exc)
 
 
 @app.command()
@@ -37,19 +38,19 @@ def init(
 ) -> None:
     """Write an editable copy of a harness (default: the built-in ``livestream``)."""
     if directory.exists() and any(directory.iterdir()):
-        err.print(f"[red]error:[/] {directory} exists and is not empty; choose a new folder")
-        raise typer.Exit(2)
+        fail(f"{directory} exists and is not empty; choose a new folder")
     try:
         src = resolve_harness_path(source)
     except HarnessError as exc:
-        err.print(f"error: {exc}", markup=False, soft_wrap=True, highlight=False)
-        raise typer.Exit(2) from exc
+        fail(exc)
     shutil.copytree(src, directory, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
     harness = _load_or_exit(str(directory))
-    out.print(
-        f"created {directory} from {source} (hash {harness.short_hash}); "
-        f"edit it, then `hat harness validate {directory}`"
-    )
+    # the command on a line of its own, never wrapped, so it can be copied whole
+    for line in (
+        f"created {directory} from {source} (hash {harness.short_hash}); edit it, then check it with:",
+        f"  hat harness validate {shlex.quote(str(directory))}",
+    ):
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -105,7 +106,8 @@ def diff(
     b: str = typer.Argument(..., help="New harness (folder or name)."),
     as_json: bool = typer.Option(False, "--json", help="Print the diff as JSON."),
 ) -> None:
-    """Added / removed / renamed / changed skills, tools, blocks and hooks (exit 1 when they differ)."""
+    """Added / removed / renamed / changed skills, tools, blocks and hooks. Exits 0 when the harnesses
+    are the same and 1 when they differ (like diff(1)); 2 when one cannot be loaded."""
     d = diff_harness(_load_or_exit(a), _load_or_exit(b))
     if as_json:
         print(json.dumps(d.to_dict(), indent=2))

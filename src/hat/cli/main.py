@@ -1,16 +1,31 @@
-"""Entry point of the ``hat`` command."""
+"""Entry point of the ``hat`` command.
+
+Help is click's plain layout (``rich_markup_mode=None``): flags show as flags, not ``<bool>``, the
+text reflows to the terminal instead of boxes that cut words at 80 columns, and usage errors are
+one ``Error: …`` line. The exit codes every command shares are in the epilog of ``hat --help``.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
-from rich.progress import Progress
 
 from hat.cli.augment_cmd import augment_command
-from hat.cli.common import DEFAULT_HARNESS, DEFAULT_MODEL, build_agent, progress_columns
+from hat.cli.common import (
+    DEFAULT_HARNESS,
+    DEFAULT_MODEL,
+    EXIT_CODES_HELP,
+    ExitCode,
+    StepProgress,
+    build_agent,
+    note,
+    status_exit,
+)
 from hat.cli.eval_cmd import eval_command, sim_app
 from hat.cli.harness_cmd import app as harness_app
 from hat.cli.train_cmd import datagen_command, datagen_general_command, train_app
@@ -22,12 +37,14 @@ from hat.serve.cli import serve_command
 
 app = typer.Typer(
     help="HAT: compact LLM agents that keep working while their harness evolves.",
+    epilog=EXIT_CODES_HELP,
     no_args_is_help=True,
     add_completion=False,
+    rich_markup_mode=None,
 )
 app.add_typer(harness_app, name="harness")
 app.add_typer(sim_app, name="sim")
-app.command("eval")(eval_command)
+app.command("eval", epilog=EXIT_CODES_HELP)(eval_command)
 app.command("augment")(augment_command)
 app.command("datagen")(datagen_command)
 app.command("datagen-general")(datagen_general_command)
@@ -43,67 +60,122 @@ MODEL_HELP = (
 )
 
 
-@app.command()
+@app.callback()
+def _options(
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v", help="Show what model loading prints (progress bars, library warnings)."
+    ),
+) -> None:
+    """HAT: compact LLM agents that keep working while their harness evolves."""
+    if verbose:  # read by hat.models.transformers_backend.quiet_loading
+        os.environ["HAT_VERBOSE"] = "1"
+
+
+def _with_status(record: dict[str, Any]) -> dict[str, Any]:
+    """The reply record plus, at top level, why the status is what it is and what the input hooks
+    changed in the comment (both are otherwise only inside ``trace``)."""
+    trace = record["trace"]
+    notes = [
+        f"{e['hook']}: {e['reason']}"
+        for e in trace.get("hook_events", ())
+        if e.get("point") == "input" and e.get("verdict") == "rewrite"
+    ]
+    return {**record, "status_reason": trace.get("context", {}).get("status_reason", ""), "input_notes": notes}
+
+
+def _announce(record: dict[str, Any]) -> None:
+    for text in record["input_notes"]:
+        note(f"the comment was changed before the model saw it ({text})")
+
+
+@app.command(epilog=EXIT_CODES_HELP)
 def run(
     comment: str = typer.Option(..., "--comment", "-c", help="The viewer comment to answer."),
     harness: str = typer.Option(DEFAULT_HARNESS, help="Harness folder or built-in name."),
     model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (reply, trace, ...)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (reply, status, trace, ...)."),
     trace_out: Path | None = typer.Option(None, help="Append the trace to this JSONL file."),
 ) -> None:
-    """Answer one viewer comment."""
+    """Answer one viewer comment. The exit code says how the request ended (see below)."""
     agent = build_agent(harness, model, sinks=[JSONLSink(trace_out)] if trace_out else [])
-    response = agent.respond(Request.of(comment))
-    record = reply_record(comment, response)
+    try:
+        record = _with_status(reply_record(comment, agent.respond(Request.of(comment))))
+    finally:
+        agent.close()
+    _announce(record)
     if as_json:
         print(json.dumps(record, ensure_ascii=False))
     else:
         _show(record)
-    agent.close()
+    raise typer.Exit(int(status_exit(record["status"])))
 
 
-def _show(record: dict, console: Console = out) -> None:
-    if record.get("host"):
-        console.print(f"[magenta]host:[/] {record['host']}")
-    console.print(f"[cyan]viewer:[/] {record['comment'][:300]}")
-    for call in record["tool_calls"]:
-        console.print(
-            f"  [yellow]tool[/] {call['name']}({json.dumps(call['arguments'], ensure_ascii=False)}) → {call['status']}"
-        )
-    if record["skills_loaded"]:
-        console.print(f"  [blue]skills[/] {', '.join(record['skills_loaded'])}")
-    console.print(f"[bold green]avatar:[/] {record['reply']}")
-    console.print(
-        f"  [dim]{record['status']} · {record['rounds']} round(s) · {record['latency_ms'] / 1000:.1f}s "
-        f"(model {record['model_ms'] / 1000:.1f}s) · {record['completion_tokens']} tokens out[/]"
+def _status_line(record: dict[str, Any]) -> str:
+    """``status: reason · rounds · time · tokens`` - the status and why, on one line."""
+    head = record["status"] if record["status"] == "ok" else f"{record['status']}: {record['status_reason']}"
+    return (
+        f"{head} · {record['rounds']} round(s) · {record['latency_ms'] / 1000:.1f}s "
+        f"(model {record['model_ms'] / 1000:.1f}s) · {record['completion_tokens']} tokens out"
     )
 
 
-@app.command()
+def _show(record: dict[str, Any], console: Console = out) -> None:
+    def line(text: str, style: str = "") -> None:
+        console.print(text, style=style, markup=False, highlight=False, soft_wrap=True)
+
+    if record.get("host"):
+        line(f"host: {record['host']}", "magenta")
+    comment = record["comment"]
+    line(f"viewer: {comment[:300]}{f' … ({len(comment)} chars)' if len(comment) > 300 else ''}", "cyan")
+    for call in record["tool_calls"]:
+        line(f"  tool {call['name']}({json.dumps(call['arguments'], ensure_ascii=False)}) → {call['status']}", "yellow")
+    if record["skills_loaded"]:
+        line(f"  skills {', '.join(record['skills_loaded'])}", "blue")
+    line(f"avatar: {record['reply']}", "bold green")
+    line(f"  {_status_line(record)}", "dim" if record["status"] == "ok" else "red")
+
+
+@app.command(epilog=EXIT_CODES_HELP)
 def demo(
     comments: int = typer.Option(5, "--comments", "-n", min=1, max=200, help="How many viewer comments."),
     model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP),
     harness: str = typer.Option(DEFAULT_HARNESS, help="Harness folder or built-in name."),
     seed: int = typer.Option(0, help="Seed for the comment stream."),
-    as_json: bool = typer.Option(False, "--json", help="One JSON object per reply on stdout."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object per reply on stdout (summary on stderr)."),
     trace_out: Path | None = typer.Option(None, help="Append every trace to this JSONL file."),
 ) -> None:
-    """A short simulated live session: a scripted host, a stream of viewer comments, the agent's replies."""
-    from hat.env.demo_script import demo_stream
+    """A short simulated live session: a scripted host, a stream of viewer comments, the agent's
+    replies, and a closing summary (statuses, P50 latency, tool calls). Exits 0 when every comment
+    got a reply (fallbacks and refusals are counted in the summary), 5 when the model backend failed."""
+    from hat.env.demo_script import demo_stream, demo_summary, format_summary
 
     agent = build_agent(harness, model, sinks=[JSONLSink(trace_out)] if trace_out else [])
     stream = demo_stream(comments, seed)
-    columns = progress_columns()
-    with Progress(*columns, console=err if as_json else out, transient=True) as progress:
-        task = progress.add_task("live session", total=len(stream))
-        for record in demo_records(agent, stream):
-            if as_json:
-                print(json.dumps(record, ensure_ascii=False), flush=True)
-            else:
-                progress.console.rule()
-                _show(record, progress.console)
-            progress.advance(task)
-    agent.close()
+    records: list[dict[str, Any]] = []
+    progress = StepProgress("live session", len(stream), console=err if as_json else out)
+    try:
+        with progress as update:
+            for record in demo_records(agent, stream):
+                record = _with_status(record)
+                records.append(record)
+                _announce(record)
+                if as_json:
+                    print(json.dumps(record, ensure_ascii=False), flush=True)
+                else:
+                    console = progress.console or out
+                    console.rule()
+                    _show(record, console)
+                update(len(records))
+    finally:
+        agent.close()
+    summary = format_summary(demo_summary(records))
+    if as_json:
+        err.print(f"summary: {summary}", markup=False, highlight=False, soft_wrap=True)
+    else:
+        out.rule()
+        out.print(f"summary: {summary}", markup=False, highlight=False, soft_wrap=True)
+    failed = any(r["status"] == "error" for r in records)
+    raise typer.Exit(int(ExitCode.BACKEND_ERROR if failed else ExitCode.OK))
 
 
 def main() -> None:

@@ -13,9 +13,9 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from hat.cli.common import StepProgress, check_text_or_exit, error_exit, stdout_to_stderr
 from hat.errors import HatError
 
 err = Console(stderr=True)
@@ -27,7 +27,7 @@ TEACHER_HELP = "oracle (or another simulator policy) | openai:<base_url>#<model>
 
 def _fail(exc: Exception) -> typer.Exit:
     err.print(f"error: {exc}", markup=False, soft_wrap=True, highlight=False)
-    return typer.Exit(2)
+    return typer.Exit(error_exit(exc))
 
 
 def _thresholds(items: list[str] | None) -> dict[str, float] | None:
@@ -66,6 +66,7 @@ def datagen_command(
     """Generate HSA-SFT data: teacher trajectories under production/HSA harnesses, judge-filtered."""
     from hat.train import DatagenConfig, generate_dataset
 
+    check_text_or_exit(config, "datagen config")
     try:
         base = DatagenConfig.load(config) if config else DatagenConfig()
         cfg = base.with_overrides(
@@ -74,7 +75,7 @@ def datagen_command(
             comments_per_snapshot=comments_per_snapshot, thresholds=_thresholds(threshold), formats=fmt or None,
         )  # fmt: skip
         cfg.validate()
-        with _Progress("datagen", cfg.n_episodes) as advance:
+        with StepProgress("datagen", cfg.n_episodes) as advance, stdout_to_stderr(as_json):
             stats = generate_dataset(cfg, out_dir, progress=advance)
     except (HatError, ValueError) as exc:
         raise _fail(exc) from exc
@@ -83,22 +84,6 @@ def datagen_command(
         return
     _show_stats(stats)
     err.print(f"wrote {stats['rows']} rows to {out_dir} (sha256 {stats['dataset_hash'][:16]}, {stats['wall_s']} s)")
-
-
-class _Progress:
-    """A progress bar on stderr whose ``advance(done, total)`` fits ``generate_dataset(progress=…)``."""
-
-    def __init__(self, label: str, total: int) -> None:
-        columns = (SpinnerColumn(), TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        self.bar = Progress(*columns, console=err, transient=True)
-        self.task = self.bar.add_task(label, total=total)
-
-    def __enter__(self) -> Any:
-        self.bar.__enter__()
-        return lambda done, total: self.bar.update(self.task, completed=done, total=total)
-
-    def __exit__(self, *exc: Any) -> None:
-        self.bar.__exit__(*exc)
 
 
 def _show_stats(stats: dict[str, Any]) -> None:
@@ -155,6 +140,7 @@ def sft_command(
     """Supervised fine-tuning on datagen rows: packed shared prefixes, assistant-only loss, LoRA or full."""
     from hat.train.sft import train_sft
 
+    check_text_or_exit(config, "SFT config")
     overrides = {
         "data": None if data is None else str(data),
         "output_dir": None if out_dir is None else str(out_dir),
@@ -165,8 +151,12 @@ def sft_command(
         "torch_threads": threads, "packing": packing, "autocast_bf16": bf16,
         "replay_data": None if replay_data is None else str(replay_data), "replay_ratio": replay_ratio,
     }  # fmt: skip
+    plain = not err.is_terminal  # a log: plain step lines instead of the Trainer's tqdm bar
     try:
-        result = train_sft(_sft_config(config, overrides))
+        cfg = _sft_config(config, overrides | ({"disable_tqdm": True} if plain else {}))
+        steps = cfg.max_steps if cfg.max_steps > 0 else None
+        with StepProgress("train sft", steps) as update, stdout_to_stderr(as_json):
+            result = train_sft(cfg, callbacks=[_step_callback(update)] if plain else [])
     except (HatError, ValueError) as exc:
         raise _fail(exc) from exc
     if as_json:
@@ -177,6 +167,17 @@ def sft_command(
         f"trained {result.global_step} steps on {result.n_examples} rows ({result.n_truncated} truncated); "
         f"loss {result.train_loss:.4f}; {kind} in {result.output_dir} (load with --model hf:{result.output_dir})"
     )
+
+
+def _step_callback(update: Any) -> Any:
+    """A Trainer callback that reports ``update(global_step, max_steps)`` after every step."""
+    from transformers import TrainerCallback
+
+    class _Steps(TrainerCallback):  # type: ignore[misc]
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            update(state.global_step, state.max_steps or None)
+
+    return _Steps()
 
 
 def _sft_config(path: Path | None, overrides: dict[str, Any]) -> Any:
@@ -230,6 +231,7 @@ def datagen_general_command(
     """General-instruction replay rows for SFT: the base model's own answers to general prompts."""
     from hat.train.replay import ReplayConfig, generate_replay
 
+    check_text_or_exit(config, "replay config")
     try:
         base = ReplayConfig.load(config) if config else ReplayConfig()
         cfg = base.with_overrides(
@@ -238,7 +240,7 @@ def datagen_general_command(
             keep_truncated=keep_truncated, exclude_sources=exclude_source or None,
         )  # fmt: skip
         cfg.validate()
-        with _Progress("datagen-general", cfg.n) as advance:
+        with StepProgress("datagen-general", cfg.n) as advance, stdout_to_stderr(as_json):
             stats = generate_replay(cfg, out_dir, progress=advance)
     except (HatError, ValueError) as exc:
         raise _fail(exc) from exc

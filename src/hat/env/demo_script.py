@@ -9,13 +9,21 @@ for the report's intent mix; this module is a fixed, readable script.
 
 Determinism: :func:`demo_stream` draws only from the ``random.Random(seed)`` it creates, so the same
 ``(n, seed)`` gives the same list on every machine and Python version.
+
+:func:`demo_summary` is the closing line of a session - how many replies, with which statuses, the
+median latency and the tool calls - so a user sees at a glance whether the model did the job, not
+only the last reply.
 """
 
 from __future__ import annotations
 
 import random
+import statistics
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-__all__ = ["HOST_LINES", "VIEWER_COMMENTS", "demo_stream"]
+__all__ = ["HOST_LINES", "VIEWER_COMMENTS", "demo_stream", "demo_summary", "format_summary"]
 
 HOST_LINES: tuple[str, ...] = (
     "Hi everyone, welcome to the room! First up is our Floral Midi Wrap Dress.",
@@ -84,3 +92,30 @@ def demo_stream(n: int, seed: int = 0) -> list[dict[str, str | None]]:
             host_index += 1
         items.append({"host": host, "comment": deck.pop()})
     return items
+
+
+def demo_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The session in numbers, from the reply records of :func:`hat.demo.demo_records`: replies,
+    count per status, P50 and max latency (seconds), rounds, tool calls and how many failed."""
+    latencies = [float(r["latency_ms"]) / 1000 for r in records]
+    calls = [c for r in records for c in r["tool_calls"]]
+    return {
+        "replies": len(records),
+        "statuses": dict(Counter(str(r["status"]) for r in records)),
+        "p50_latency_s": round(statistics.median(latencies), 2) if latencies else None,
+        "max_latency_s": round(max(latencies), 2) if latencies else None,
+        "rounds": sum(int(r["rounds"]) for r in records),
+        "tool_calls": len(calls),
+        "tool_calls_failed": sum(1 for c in calls if c["status"] != "ok"),
+    }
+
+
+def format_summary(summary: Mapping[str, Any]) -> str:
+    """One line: ``5 replies · ok 4, fallback 1 · P50 16.5 s (max 39.3 s) · 7 tool calls (0 failed)``."""
+    statuses = ", ".join(f"{k} {v}" for k, v in sorted(summary["statuses"].items())) or "none"
+    p50, slowest = summary["p50_latency_s"], summary["max_latency_s"]
+    latency = "no latency" if p50 is None else f"P50 {p50:.1f} s (max {slowest:.1f} s)"
+    return (
+        f"{summary['replies']} replies · {statuses} · {latency} · "
+        f"{summary['tool_calls']} tool calls ({summary['tool_calls_failed']} failed)"
+    )

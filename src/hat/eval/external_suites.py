@@ -4,6 +4,11 @@
 RoTBench: content filling averaged over noise levels; BFCL: micro accuracy over items) and
 ``dims`` the rest, flattened (``clean.tool_selection``, ``simple_python``, ``inst_level_loose`` …).
 ``--hsa`` shows RoTBench/BFCL tools under held-out HSA names (scoring maps them back).
+
+Cheap checks first: :func:`check_external` refuses a simulator policy (it has no room to play
+here), reads and validates every data file the suite will use and checks the scorer's own
+dependencies, all before :func:`run_external` loads a model - a bad ``--data`` costs a second,
+not a minute of loading weights.
 """
 
 from __future__ import annotations
@@ -14,9 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hat.errors import HatError
 from hat.models import load_model
 
-__all__ = ["EXTERNAL_SUITES", "run_external"]
+__all__ = ["EXTERNAL_SUITES", "check_external", "run_external"]
 
 DEFAULT_DATA = {
     "ifeval": "../shared/data/ifeval/input_data.jsonl",
@@ -80,6 +86,35 @@ def _bfcl(
 RUNNERS = {"ifeval": _ifeval, "rotbench": _rotbench, "bfcl": _bfcl}
 
 
+def _check_data(suite: str, data: str) -> int:
+    from hat.eval.external import check_bfcl, check_ifeval, check_rotbench
+
+    checks: dict[str, Callable[[str], int]] = {"ifeval": check_ifeval, "rotbench": check_rotbench, "bfcl": check_bfcl}
+    return checks[suite](data)
+
+
+def _refuse_policy(suite: str, model_spec: str) -> None:
+    from hat.env.policies import POLICIES
+
+    spec = model_spec.strip()
+    if spec in POLICIES or spec.partition(":")[0] in ("oracle", "policy"):
+        raise HatError(
+            f"--model {spec} is a simulator policy: it answers only simulated episodes (t1, t2, t3-tool, "
+            f"t3-prompt), and {suite} is external data with no simulated room. Pick a model instead: "
+            "smollm2-hat, smollm2, hf:<path>, llamacpp:<gguf>, openai:<base_url>#<model> or scripted:<file>"
+        )
+
+
+def check_external(suite: str, model_spec: str, data: str | None = None) -> int:
+    """Everything about an external run that can be checked without a model: a known suite, a
+    model rather than a simulator policy, readable and well-formed data. Raises :class:`HatError`
+    saying what to change; returns the number of items the data holds."""
+    if suite not in RUNNERS:
+        raise HatError(f"unknown external suite {suite!r}; known: {', '.join(RUNNERS)}")
+    _refuse_policy(suite, model_spec)
+    return _check_data(suite, data or DEFAULT_DATA[suite])
+
+
 def run_external(
     suite: str,
     model_spec: str,
@@ -91,8 +126,13 @@ def run_external(
     progress: Callable[[int, int], None] = lambda done, total: None,
     max_new_tokens: int = 256,
     command: str = "",
+    checked: bool = False,
 ) -> dict[str, Any]:
-    """Run one external suite; ``n`` limits items (per level/category for RoTBench/BFCL)."""
+    """Run one external suite; ``n`` limits items (per level/category for RoTBench/BFCL). The
+    checks of :func:`check_external` run before the model is loaded (``checked``: the caller
+    has just run them)."""
+    if not checked:
+        check_external(suite, model_spec, data)
     model = load_model(model_spec)
     start = time.perf_counter()
     score, dims, raw = RUNNERS[suite](model, data or DEFAULT_DATA[suite], n, hsa, progress, max_new_tokens)

@@ -379,7 +379,7 @@ def _cross_check(
     """Checks that need more than one file: names unique, references resolve, bindings exist."""
     _check_pipeline(harness, doc, rel, root, problems)
     _check_tools(harness, doc, rel, root, problems)
-    _check_hooks(harness, doc, rel, problems)
+    _check_hooks(harness, doc, rel, problems, warnings)
     _check_mcp_servers(harness, doc, rel, problems)
     rendered = _check_rendering(harness, problems, warnings)
     _check_references(harness, root, rendered, problems, warnings)
@@ -419,13 +419,36 @@ def _check_tools(harness: Harness, doc: _Doc, rel: str, root: Path, problems: li
         )
 
 
-def _check_hooks(harness: Harness, doc: _Doc, rel: str, problems: list[Problem]) -> None:
+def _check_hooks(harness: Harness, doc: _Doc, rel: str, problems: list[Problem], warnings: list[Problem]) -> None:
     from hat.harness.hooks import check_hook_spec  # local: hooks imports the runtime's types
 
+    tools = {t.name for t in harness.tools} | {t.function_id for t in harness.tools}
     for i, spec in enumerate(harness.hooks):
         error = check_hook_spec(spec, harness)
         if error:
             problems.append(Problem(rel, error, doc.line("hooks", i)))
+        for name, where in _hook_tool_names(spec):
+            if name not in tools:
+                message = (
+                    f"hook {spec.name!r} names the tool {name!r}, which this harness does not have "
+                    "(by name or function_id); the rule never applies. Rename it here too"
+                )
+                warnings.append(Problem(rel, message, doc.line("hooks", i, "config", *where)))
+
+
+def _hook_tool_names(spec: HookSpec) -> list[tuple[str, tuple[str, ...]]]:
+    """Tool names a built-in hook's config refers to, with their YAML path under ``config``
+    (``tool_policy``: its rule keys and ``requires_any`` lists)."""
+    rules = spec.config.get("rules") if spec.name == "tool_policy" else None
+    if not isinstance(rules, Mapping):
+        return []
+    names: list[tuple[str, tuple[str, ...]]] = []
+    for tool, rule in rules.items():
+        names.append((str(tool), ("rules", str(tool))))
+        required = rule.get("requires_any") if isinstance(rule, Mapping) else None
+        if isinstance(required, list):
+            names += [(str(r), ("rules", str(tool), "requires_any")) for r in required]
+    return names
 
 
 def _check_mcp_servers(harness: Harness, doc: _Doc, rel: str, problems: list[Problem]) -> None:

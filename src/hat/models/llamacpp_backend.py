@@ -83,7 +83,10 @@ def _llama_cpp() -> Any:
     try:
         return importlib.import_module("llama_cpp")
     except ImportError as exc:
-        raise MissingDependencyError("llama-cpp-python", "fast", "The llama.cpp backend (llamacpp:...)") from exc
+        error = MissingDependencyError("llama-cpp-python", "fast", "The llama.cpp backend (llamacpp:...)")
+        # `make install` does not build the engine (it compiles for minutes): its target is install-fast
+        error.args = (str(error).replace("`make install`", "`make install-fast`, which compiles llama.cpp"),)
+        raise error from exc
 
 
 def parse_llamacpp_spec(argument: str) -> tuple[str, dict[str, Any]]:

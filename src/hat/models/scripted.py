@@ -23,8 +23,9 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
-from hat.errors import ModelError, ModelSpecError
+from hat.errors import HatError, ModelError, ModelSpecError
 from hat.models.base import Generation, GenerationConfig, Message
+from hat.textio import read_text
 
 __all__ = ["ScriptedModel", "cut_stream_at_stop", "truncate_at_stop"]
 
@@ -108,9 +109,9 @@ class ScriptedModel:
         """Read outputs from a JSONL file: each line a JSON string or an object ``{"output": ...}``."""
         path = Path(path)
         try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except OSError as exc:
-            raise ModelSpecError(f"cannot read scripted outputs from {path}: {exc}") from exc
+            lines = read_text(path, what="scripted model file").splitlines()
+        except HatError as exc:  # missing, unreadable or not UTF-8: the message names file and line
+            raise ModelSpecError(str(exc)) from exc
         outputs = [_parse_line(path, n, line) for n, line in enumerate(lines, 1) if line.strip()]
         return cls(outputs, name=name or f"scripted:{path}", loop=loop)
 

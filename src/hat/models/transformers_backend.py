@@ -31,6 +31,9 @@ Design decisions:
   hook, so ``Generation.ttft_s`` is measured, never estimated. ``stream`` runs ``generate`` in a
   worker thread with a ``TextIteratorStreamer``; the finished :class:`Generation` is kept in
   ``last_generation`` and closing the stream early stops the worker at the next token.
+- **Quiet loading.** A user cannot act on the GGUF de-quantisation bar (hundreds of lines in a
+  log), transformers' loading report or a library's ``FutureWarning``; :func:`quiet_loading`
+  silences them while weights load, and only then (``HAT_VERBOSE=1``, ``hat --verbose``, keeps them).
 - **User text cannot forge special tokens.** The chat template is rendered to one string that is
   tokenised as a whole with special tokens parsed (the template's own ``<|im_start|>`` must become
   the special token), so ``<|im_start|>system`` typed by a viewer would become real special tokens
@@ -46,6 +49,8 @@ Design decisions:
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
 import importlib.util
 import json
@@ -53,6 +58,7 @@ import os
 import re
 import threading
 import time
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -69,6 +75,7 @@ __all__ = [
     "TransformersModel",
     "guard_user_turns",
     "is_markup_token",
+    "quiet_loading",
     "smollm2_gguf_path",
     "special_token_breaker",
 ]
@@ -147,6 +154,45 @@ def smollm2_gguf_path() -> Path:
 # --- loading -------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def quiet_loading() -> Iterator[None]:
+    """Silence what loading weights prints and a user cannot act on: the GGUF de-quantisation
+    progress bar (a plain ``tqdm`` in transformers, so patched for the duration), transformers'
+    and huggingface_hub's progress bars and info/warning logs, and ``FutureWarning`` /
+    ``DeprecationWarning`` from the libraries. Everything is restored afterwards; errors still
+    raise. ``HAT_VERBOSE=1`` (``hat --verbose``) leaves it all on."""
+    if os.environ.get("HAT_VERBOSE") == "1":
+        yield
+        return
+    logs = _require("transformers").utils.logging
+    verbosity, bars = logs.get_verbosity(), logs.is_progress_bar_enabled()
+    gguf = _gguf_module()
+    gguf_tqdm = getattr(gguf, "tqdm", None)
+    logs.set_verbosity_error()
+    logs.disable_progress_bar()
+    if gguf_tqdm is not None:
+        gguf.tqdm = functools.partial(gguf_tqdm, disable=True)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            yield
+    finally:
+        if gguf_tqdm is not None:
+            gguf.tqdm = gguf_tqdm
+        logs.set_verbosity(verbosity)
+        if bars:
+            logs.enable_progress_bar()
+
+
+def _gguf_module() -> Any:
+    """transformers' GGUF loader module (it needs the ``gguf`` package), or None."""
+    try:
+        return importlib.import_module("transformers.modeling_gguf_pytorch_utils")
+    except ImportError:
+        return None
+
+
 @dataclass(frozen=True)
 class _LoadOptions:
     dtype: Any
@@ -207,8 +253,9 @@ def _load_checkpoint(path: Path, opts: _LoadOptions) -> tuple[Any, Any]:
         _require("gguf")
         extra["gguf_file"] = gguf_file
     try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(folder, **extra)
-        model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=opts.dtype, **extra)
+        with quiet_loading():
+            tokenizer = transformers.AutoTokenizer.from_pretrained(folder, **extra)
+            model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=opts.dtype, **extra)
     except (OSError, ValueError) as exc:
         raise ModelError(f"cannot load a causal LM from {path}: {exc}") from exc
     return model.to(opts.device), tokenizer
@@ -229,9 +276,10 @@ def _load_adapter(adapter_dir: Path, opts: _LoadOptions, base: str | None, merge
         if not base:
             raise ModelSpecError(f"{adapter_dir}/adapter_config.json has no base_model_name_or_path")
     model, tokenizer = _load_base(base, opts, relative_to=adapter_dir)
-    model = peft.PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=False)
-    if merge:
-        model = model.merge_and_unload()
+    with quiet_loading():
+        model = peft.PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=False)
+        if merge:
+            model = model.merge_and_unload()
     if any((adapter_dir / f).exists() for f in ("tokenizer.json", "tokenizer_config.json")):
         tokenizer = _require("transformers").AutoTokenizer.from_pretrained(adapter_dir, local_files_only=True)
     return model.to(opts.device), tokenizer

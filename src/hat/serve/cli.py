@@ -14,6 +14,12 @@ load folders under a ``--harness-root`` (default: the served harness's parent fo
 ``Host`` header must name this server - the loopback names for a loopback bind, the bound address
 for another one, plus every ``--allowed-host`` - so a web page cannot reach a loopback server
 through DNS rebinding; a wildcard bind (``0.0.0.0``) needs ``--allowed-host`` (``'*'`` accepts any).
+
+Defaults follow the model (:func:`serve_defaults`), and the startup line states them: a model whose
+weights live in this process generates one request at a time (the backend holds one lock), and on a
+CPU one reply takes 10-100 s (README, measured on 2 cores), so it gets ``--max-concurrency 1`` and a
+120 s deadline - 4 workers and 30 s would only turn queued requests into 504s. A remote engine
+(``openai:``) or a test double keeps 4 workers and 30 s.
 """
 
 from __future__ import annotations
@@ -27,7 +33,10 @@ from rich.console import Console
 
 from hat.errors import HatError, MissingDependencyError
 
-__all__ = ["default_token_file", "serve_command", "write_private"]
+__all__ = ["default_token_file", "serve_command", "serve_defaults", "write_private"]
+
+LOCAL_MODELS = ("smollm2", "smollm2-hat", "hf", "llamacpp")
+LOCAL_CPU_DEADLINE_S = 120.0
 
 err = Console(stderr=True)
 
@@ -43,6 +52,18 @@ def _load(model: str) -> object:
 
     with err.status(f"loading model {model} …"):
         return load_model(model)
+
+
+def serve_defaults(spec: str, model: object = None) -> tuple[int, float, str]:
+    """``(max_concurrency, deadline_s, why)`` for a model spec (and the loaded model, whose
+    ``device`` tells a GPU from a CPU): see the module docstring."""
+    if spec.strip().partition(":")[0] not in LOCAL_MODELS:
+        return 4, 30.0, "a remote or scripted model"
+    weights = getattr(model, "model", None)  # TransformersModel keeps the torch module here
+    device = str(getattr(model, "device", None) or getattr(weights, "device", "cpu"))
+    if device.startswith("cuda"):
+        return 1, 30.0, "a local GPU model, which generates one request at a time"
+    return 1, LOCAL_CPU_DEADLINE_S, "a local CPU model, which answers one request at a time in 10-100 s"
 
 
 def default_token_file(port: int) -> Path:
@@ -70,9 +91,15 @@ def serve_command(
     ),
     host: str = typer.Option("127.0.0.1", help="Interface to bind."),
     port: int = typer.Option(8000, min=0, max=65535, help="TCP port."),
-    max_concurrency: int = typer.Option(4, min=1, help="Requests running at once (worker threads)."),
+    max_concurrency: int | None = typer.Option(
+        None, min=1, help="Requests running at once (worker threads). Default: 1 for a local model, else 4."
+    ),
     max_queue: int = typer.Option(16, min=0, help="Requests waiting for a worker; beyond that 429."),
-    timeout: float = typer.Option(30.0, min=0.1, help="Per-request deadline in seconds (queue + agent); 504 after."),
+    timeout: float | None = typer.Option(
+        None,
+        min=0.1,
+        help="Per-request deadline in seconds (queue + agent); 504 after. Default: 120 for a local CPU model, else 30.",
+    ),
     max_body_bytes: int = typer.Option(65536, min=1024, help="Largest request body; 413 beyond."),
     body_timeout: float = typer.Option(10.0, min=0.1, help="Seconds a request body may take to arrive; 408 after."),
     admin_token: str | None = typer.Option(
@@ -107,12 +134,17 @@ def serve_command(
         raise _fail(str(exc)) from exc
     token = admin_token or secrets.token_urlsafe(32)
     try:
+        loaded = _load(model)
+        concurrency, deadline, why = serve_defaults(model, loaded)
+        defaulted = max_concurrency is None or timeout is None
+        concurrency = max_concurrency if max_concurrency is not None else concurrency
+        deadline = timeout if timeout is not None else deadline
         app = create_app(
             harness,
-            _load(model),  # type: ignore[arg-type]
-            max_concurrency=max_concurrency,
+            loaded,  # type: ignore[arg-type]
+            max_concurrency=concurrency,
             max_queue=max_queue,
-            request_timeout_s=timeout,
+            request_timeout_s=deadline,
             max_body_bytes=max_body_bytes,
             body_timeout_s=body_timeout,
             admin_token=token,
@@ -126,7 +158,14 @@ def serve_command(
     server = app.state.server
     current = server.holder.current
     roots = ", ".join(str(r) for r in server.holder.roots)
-    err.print(f"serving {current.harness.name} {current.harness.version} ({current.hash[:12]}) on http://{host}:{port}")
+    source = f"defaults for {why}; change with --max-concurrency / --timeout" if defaulted else "as given"
+    err.print(
+        f"serving {current.harness.name} {current.harness.version} ({current.hash[:12]}) on http://{host}:{port} · "
+        f"max concurrency {concurrency}, deadline {deadline:g} s ({source})",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
     err.print(f"reload roots: {roots}; accepted Host names: {', '.join(hosts)}", markup=False, highlight=False)
     uvicorn.run(app, host=host, port=port, log_level=log_level, workers=1, timeout_keep_alive=5)
 

@@ -11,7 +11,7 @@ Importing this package is cheap; lm-eval and NLTK are imported when IFEval is sc
 """
 
 from hat.eval.external.bfcl import CATEGORIES as BFCL_CATEGORIES
-from hat.eval.external.bfcl import check_calls, load_bfcl, run_bfcl
+from hat.eval.external.bfcl import check_bfcl, check_calls, load_bfcl, run_bfcl
 from hat.eval.external.foreign import (
     FirstTurn,
     first_tool_calls,
@@ -22,6 +22,7 @@ from hat.eval.external.foreign import (
     record_call,
 )
 from hat.eval.external.ifeval import (
+    check_ifeval,
     ensure_sentence_splitter,
     generate_responses,
     load_ifeval,
@@ -30,13 +31,16 @@ from hat.eval.external.ifeval import (
     score_response,
 )
 from hat.eval.external.rotbench import LEVELS as ROTBENCH_LEVELS
-from hat.eval.external.rotbench import load_rotbench, run_rotbench, score_call
+from hat.eval.external.rotbench import check_rotbench, load_rotbench, run_rotbench, score_call
 
 __all__ = [
     "BFCL_CATEGORIES",
     "ROTBENCH_LEVELS",
     "FirstTurn",
+    "check_bfcl",
     "check_calls",
+    "check_ifeval",
+    "check_rotbench",
     "ensure_sentence_splitter",
     "first_tool_calls",
     "first_turn",

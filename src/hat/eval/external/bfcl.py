@@ -30,7 +30,6 @@ checks are BFCL's, including its strictness (``"5"`` is not an ``integer``).
 from __future__ import annotations
 
 import collections
-import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -39,8 +38,9 @@ from typing import Any
 from hat.errors import HatError
 from hat.eval.external.foreign import first_turn, harness_from_tools
 from hat.models.base import Message, Model
+from hat.textio import read_jsonl
 
-__all__ = ["CATEGORIES", "check_calls", "load_bfcl", "run_bfcl"]
+__all__ = ["CATEGORIES", "check_bfcl", "check_calls", "load_bfcl", "run_bfcl"]
 
 CATEGORIES = ("simple_python", "multiple", "parallel", "live_simple", "irrelevance")
 Progress = Callable[[int, int], None]
@@ -63,10 +63,12 @@ _STANDARDISE = re.compile(r"[ \,\.\/\-\_\*\^]")
 
 # -- data ------------------------------------------------------------------------------------------
 def _jsonl(path: Path) -> list[dict[str, Any]]:
-    try:
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    except (OSError, json.JSONDecodeError) as exc:
-        raise HatError(f"cannot read BFCL data {path}: {exc}") from exc
+    rows = []
+    for number, row in read_jsonl(path, what="BFCL data"):
+        if not isinstance(row, dict) or "id" not in row:
+            raise HatError(f"{path}:{number}: a BFCL row must be a JSON object with an 'id'")
+        rows.append(row)
+    return rows
 
 
 def load_bfcl(data_dir: str | Path, category: str) -> list[dict[str, Any]]:
@@ -285,8 +287,17 @@ def _summary(records: Sequence[dict[str, Any]], categories: Sequence[str]) -> di
 def _present(data_dir: str | Path) -> tuple[str, ...]:
     found = tuple(c for c in CATEGORIES if (Path(data_dir) / f"BFCL_v4_{c}.json").exists())
     if not found:
-        raise HatError(f"no BFCL_v4_<category>.json files in {data_dir} (looked for {', '.join(CATEGORIES)})")
+        raise HatError(
+            f"no BFCL_v4_<category>.json files in {data_dir} (looked for {', '.join(CATEGORIES)}); "
+            "pass --data the folder that holds them"
+        )
     return found
+
+
+def check_bfcl(data_dir: str | Path) -> int:
+    """Read every category :func:`run_bfcl` will run (questions and answers), without a model, so
+    missing or malformed data fails before a slow model load. Returns the number of items."""
+    return sum(len(load_bfcl(data_dir, c)) for c in _present(data_dir))
 
 
 def run_bfcl(

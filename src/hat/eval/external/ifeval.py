@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import atexit
 import collections
-import json
 import os
 import shutil
 import tempfile
@@ -57,9 +56,11 @@ from typing import Any
 
 from hat.errors import HatError, MissingDependencyError
 from hat.models.base import GenerationConfig, Model
+from hat.textio import read_jsonl
 
 __all__ = [
     "DEFAULT_MAX_NEW_TOKENS",
+    "check_ifeval",
     "ensure_sentence_splitter",
     "generate_responses",
     "load_ifeval",
@@ -87,12 +88,17 @@ def load_ifeval(source: str | Path) -> list[dict[str, Any]]:
     if path.is_dir():
         path = path / "input_data.jsonl"
     if not path.is_file():
-        raise HatError(f"no IFEval data at {path}; pass input_data.jsonl or a folder that holds it")
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    for n, row in enumerate(rows, 1):
+        raise HatError(f"no IFEval data at {path}; pass --data input_data.jsonl or a folder that holds it")
+    rows = []
+    for n, row in read_jsonl(path, what="IFEval data"):
+        if not isinstance(row, dict):
+            raise HatError(f"{path}:{n}: an IFEval row must be a JSON object, not {type(row).__name__}")
         missing = {"key", "prompt", "instruction_id_list", "kwargs"} - set(row)
         if missing:
             raise HatError(f"{path}:{n}: IFEval row lacks {sorted(missing)}")
+        rows.append(row)
+    if not rows:
+        raise HatError(f"{path}: no IFEval rows (the file is empty)")
     return rows
 
 
@@ -334,6 +340,16 @@ def _generate_batched(
         if progress is not None:
             progress(min(start + batch_size, len(docs)), len(docs))
     return responses
+
+
+def check_ifeval(data_path: str | Path, splitter: str = "auto") -> int:
+    """What :func:`run_ifeval` needs besides a model - readable data, lm-eval's checkers, a sentence
+    splitter - checked without one, so a bad ``--data`` fails before a slow model load. Returns the
+    number of rows."""
+    docs = load_ifeval(data_path)
+    ensure_sentence_splitter(splitter)
+    _checkers()
+    return len(docs)
 
 
 def run_ifeval(

@@ -40,8 +40,18 @@ from hat.errors import HatError
 from hat.eval.external.foreign import first_turn, harness_from_tools
 from hat.harness.protocol import ToolCall
 from hat.models.base import Model
+from hat.textio import read_json
 
-__all__ = ["LEVELS", "SCENARIOS", "RotSample", "load_rotbench", "run_rotbench", "score_call", "summarise"]
+__all__ = [
+    "LEVELS",
+    "SCENARIOS",
+    "RotSample",
+    "check_rotbench",
+    "load_rotbench",
+    "run_rotbench",
+    "score_call",
+    "summarise",
+]
 
 LEVELS = ("clean", "slight", "medium", "heavy", "union")
 SCENARIOS = {
@@ -107,15 +117,16 @@ def _sample(item: dict[str, Any]) -> RotSample:
 def load_rotbench(path: str | Path) -> list[RotSample]:
     """Read one ``First_Turn_<level>.json`` file."""
     path = Path(path)
-    try:
-        items = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise HatError(f"cannot read RoTBench data {path}: {exc}") from exc
+    if not path.is_file():
+        raise HatError(f"no RoTBench data at {path}; pass --data a folder with First_Turn_<level>.json files")
+    items = read_json(path, what="RoTBench data")
+    if not isinstance(items, list):
+        raise HatError(f"{path}: RoTBench data must be a JSON list of items, not {type(items).__name__}")
     samples = []
     for n, item in enumerate(items):
         try:
             samples.append(_sample(item))
-        except (KeyError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError) as exc:
             raise HatError(f"{path}: item {n} is not in RoTBench's first-turn format: {exc}") from exc
     return samples
 
@@ -187,6 +198,12 @@ def _run_sample(model: Model, sample: RotSample, level: str, options: dict[str, 
         "parameter_identification": pi,
         "content_filling": cf,
     }
+
+
+def check_rotbench(data_dir: str | Path, levels: Sequence[str] = LEVELS) -> int:
+    """Read every level file :func:`run_rotbench` will read, without a model, so missing or
+    malformed data fails before a slow model load. Returns the number of items."""
+    return sum(len(load_rotbench(Path(data_dir) / f"First_Turn_{lv}.json")) for lv in levels)
 
 
 def run_rotbench(
