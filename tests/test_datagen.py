@@ -86,6 +86,11 @@ def test_config_yaml_roundtrip_and_validation(tmp_path: Path) -> None:
     with pytest.raises(HatError, match="unknown datagen config key"):
         DatagenConfig.from_dict({"n": 3})
     assert DatagenConfig(teacher="oracle", k=4).k == 4  # a policy varies its wording by seed
+    mixed = DatagenConfig(n_episodes=40, episodes_per_world=40, intent_mix={"faq": 1, "discount": 1})
+    assert DatagenConfig.load(mixed.save(tmp_path / "m.yaml")) == mixed
+    assert {e.gold.intent for e in datagen_episodes(mixed)} == {"faq", "discount"}
+    with pytest.raises(HatError, match="intent_mix"):
+        DatagenConfig(intent_mix={"faq": 0.0})
 
 
 def test_episode_seeds_never_meet_evaluation_seeds() -> None:

@@ -100,6 +100,19 @@ def test_intent_mix_within_three_points(episodes: list[Episode]) -> None:
     assert sum(intent_quota(137).values()) == 137
 
 
+def test_a_training_intent_mix_is_followed_exactly_and_validated() -> None:
+    flat = {k: 1.0 for k in INTENT_MIX}  # every intent equally often: 8 per block of 100 + remainder
+    eps = generate_episodes(200, 3, intent_mix=flat)
+    counts = Counter(e.gold.intent for e in eps)
+    assert counts == Counter({k: 2 * v for k, v in intent_quota(100, flat).items()})
+    assert min(counts.values()) == 24 and max(counts.values()) == 26
+    assert [e.gold.intent for e in generate_episodes(50, 3)] == [
+        e.gold.intent for e in generate_episodes(50, 3, intent_mix=None)
+    ]
+    with pytest.raises(ValueError, match="intent_mix"):
+        generate_episodes(5, 0, intent_mix={"shopping": 1.0})
+
+
 def test_at_least_30_phrasings_per_family(episodes: list[Episode]) -> None:
     sizes = {family: len(set(templates)) for family, templates in ph.FAMILIES.items()}
     used = templates_used(episodes)

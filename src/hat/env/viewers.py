@@ -100,9 +100,9 @@ def intent_quota(n: int, mix: dict[str, float] | None = None) -> dict[str, int]:
     return counts
 
 
-def _intents(n: int, seed: int) -> list[str]:
+def _intents(n: int, seed: int, mix: dict[str, float] | None = None) -> list[str]:
     intents: list[str] = []
-    quota = intent_quota(BLOCK)
+    quota = intent_quota(BLOCK, mix)
     for block in range(math.ceil(n / BLOCK)):
         pool = [k for k, count in quota.items() for _ in range(count)]
         random.Random(_derive(seed, "block", block)).shuffle(pool)
@@ -586,8 +586,10 @@ def generate_episodes(
     fault_rate: float = 0.0,
     world_seed: int | None = None,
     comments_per_snapshot: int = 1,
+    intent_mix: dict[str, float] | None = None,
 ) -> list[Episode]:
-    """``n`` episodes with the report's intent mix, deterministic in all arguments.
+    """``n`` episodes with the report's intent mix (or ``intent_mix``: shares per intent, for
+    training data only — evaluation keeps the report's mix), deterministic in all arguments.
 
     ``mode``: ``"single"`` (one comment) or ``"multi"`` (2-4 comments, gold for the main one);
     ``fault_rate``: per-call fault probability for each episode's :class:`FaultSpec`;
@@ -603,5 +605,7 @@ def generate_episodes(
         raise ValueError(f"n and world_seed must be >= 0, got n={n}, world_seed={world_seed}")
     if comments_per_snapshot < 1:
         raise ValueError(f"comments_per_snapshot must be >= 1, got {comments_per_snapshot}")
+    if intent_mix is not None and (set(intent_mix) - set(INTENT_MIX) or min(intent_mix.values(), default=0) < 0):
+        raise ValueError(f"intent_mix takes shares >= 0 of the intents {', '.join(INTENT_MIX)}, not {intent_mix}")
     run = _Run(seed, world_seed, mode, fault_rate, _world(world_seed), world_catalog(world_seed), comments_per_snapshot)
-    return [_episode(run, i, intent) for i, intent in enumerate(_intents(n, seed))]
+    return [_episode(run, i, intent) for i, intent in enumerate(_intents(n, seed, intent_mix))]

@@ -99,7 +99,12 @@ def _episodes_with_snapshots(config: DatagenConfig) -> list[tuple[Episode, str]]
     out: list[tuple[Episode, str]] = []
     for episode_seed, count in config.world_chunks():
         episodes = generate_episodes(
-            count, episode_seed, mode=config.mode, fault_rate=config.fault_rate, comments_per_snapshot=per
+            count,
+            episode_seed,
+            mode=config.mode,
+            fault_rate=config.fault_rate,
+            comments_per_snapshot=per,
+            intent_mix=config.intent_mix,
         )
         out += [(episode, f"{episode_seed}-s{i // per}") for i, episode in enumerate(episodes)]
     return out

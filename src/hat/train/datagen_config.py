@@ -21,6 +21,10 @@ Choices worth knowing:
   where many viewers comment while one product is shown. Their rows share the system prompt up to
   the per-comment parts, which is what SFT packing (:mod:`hat.train.packing`) encodes once. 1 gives
   every episode its own moment and harness (the evaluation suites' setting).
+- **Intent mix.** ``intent_mix`` (shares per intent; unset = the report's production mix) lets
+  training data hold more of the rare intents than live traffic does: at the production mix a
+  2,000-row sample holds ~40 FAQ and ~40 order-change rows, and a model trained on it scored 0 on
+  both (``reports/stage1b.md``). Evaluation suites always use the production mix.
 - **k samples per episode.** For an LLM teacher (``openai:<url>#<model>``) the k samples differ by
   sampling seed, so ``temperature`` must be > 0 when k > 1. For a simulator policy (``oracle``) the
   policy seed changes its wording. At most ``max_per_episode`` accepted, distinct samples are kept.
@@ -88,10 +92,13 @@ class DatagenConfig:
     comments_per_snapshot: int = 8
     max_examples: int | None = None
     formats: list[str] = field(default_factory=lambda: ["jsonl"])
+    intent_mix: dict[str, float] | None = None
 
     def __post_init__(self) -> None:
         self.thresholds = {str(k): float(v) for k, v in (self.thresholds or {}).items()}
         self.formats = list(self.formats)
+        if self.intent_mix is not None:
+            self.intent_mix = {str(k): float(v) for k, v in self.intent_mix.items()}
         self.validate()
 
     def validate(self) -> None:
@@ -105,8 +112,13 @@ class DatagenConfig:
 
         unknown_dims = sorted(set(self.thresholds) - set(JUDGES))
         bad_formats = sorted(set(self.formats) - set(FORMATS))
+        from hat.env.episode import INTENT_MIX
+
         sampled = self.k > 1 and not _is_policy(self.teacher)
+        mix = self.intent_mix
+        bad_mix = mix is not None and (set(mix) - set(INTENT_MIX) or min(mix.values()) < 0 or sum(mix.values()) <= 0)
         return [
+            f"intent_mix takes shares >= 0 (not all 0) of {', '.join(INTENT_MIX)}" if bad_mix else "",
             "n_episodes must be >= 1" if self.n_episodes < 1 else "",
             "seed must be >= 0" if self.seed < 0 else "",
             "hsa_ratio must be in [0, 1]" if not 0.0 <= self.hsa_ratio <= 1.0 else "",
