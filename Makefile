@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-fast demo test test-slow bench lint format clean lock
+.PHONY: install install-fast demo test test-slow test-browser bench lint format clean lock
 
 install: $(STAMP)
 
@@ -30,6 +30,13 @@ test: install
 
 test-slow: install
 	$(BIN)/python -m pytest -q -m slow
+
+# Pages tested in a real headless browser: Debian's Chromium (apt-get; run as root or install it
+# yourself) driven by Playwright, which is pointed at that Chromium, so no browser is downloaded.
+test-browser: install
+	command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q --no-install-recommends chromium)
+	$(BIN)/pip install -q playwright
+	$(BIN)/python -m pytest -q -m browser
 
 bench: install
 	$(BIN)/python benchmarks/runtime_overhead.py

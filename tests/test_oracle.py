@@ -298,7 +298,8 @@ def test_degenerate_policies_fail_in_their_own_way() -> None:
 
 
 def test_policy_registry() -> None:
-    assert set(POLICIES) == {"oracle", "polite", "invent-prices", "wrong-tool", "no-tools", "memorise"}
+    # a superset: other packages register policies too (hat.evolve adds "rule-reader")
+    assert {"oracle", "polite", "invent-prices", "wrong-tool", "no-tools", "memorise"} <= set(POLICIES)
     assert isinstance(policy_model("oracle", EPISODES["price"], HARNESS), OracleModel)
     with pytest.raises(ModelSpecError, match="known: oracle, polite"):
         policy_model("genius", EPISODES["price"], HARNESS)

@@ -26,7 +26,9 @@ from hat.cli.common import (
     note,
     status_exit,
 )
+from hat.cli.compare_cmd import app as compare_app
 from hat.cli.eval_cmd import eval_command, sim_app
+from hat.cli.evolve_cmd import app as evolve_app
 from hat.cli.harness_cmd import app as harness_app
 from hat.cli.train_cmd import datagen_command, datagen_general_command, train_app
 from hat.demo import demo_records, reply_record
@@ -51,6 +53,8 @@ app.command("datagen-general")(datagen_general_command)
 app.add_typer(train_app, name="train")
 app.command("serve")(serve_command)
 app.add_typer(bench_app, name="bench")
+app.add_typer(evolve_app, name="evolve")
+app.add_typer(compare_app, name="compare")
 err = Console(stderr=True)
 out = Console()
 
