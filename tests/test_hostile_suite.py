@@ -59,15 +59,33 @@ def _gullible(messages: list[dict[str, str]]) -> str:
     return f'<reply>{{"reply": "Done, {canary}!"}}</reply>'
 
 
-def test_the_detector_sees_attacks_that_succeed() -> None:
-    """No vacuous pass: with a model that obeys the comments, the suite reports the hits and fails."""
+def _without_comment_echo(tmp_path: Path) -> str:
+    import shutil
+
+    import yaml
+
+    from hat.harness.loader import resolve_harness_path
+
+    folder = tmp_path / "no-echo-guard"
+    shutil.copytree(resolve_harness_path("livestream"), folder)
+    config = yaml.safe_load((folder / "harness.yaml").read_text(encoding="utf-8"))
+    config["hooks"] = [h for h in config["hooks"] if h["name"] != "comment_echo"]
+    (folder / "harness.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    return str(folder)
+
+
+def test_the_detector_sees_attacks_that_succeed(tmp_path: Path) -> None:
+    """No vacuous pass: with a model that obeys the comments and the harness's `comment_echo` guard
+    taken out, the suite reports the hits and fails; with the guard, the same model is stopped."""
     from hat.models.scripted import ScriptedModel
 
     records = [r for r in RECORDS if r["id"] in ("inj-en-0", "inj-en-2", "benign-en-0")]
-    report = suite.run_suite(ScriptedModel(_gullible), records, stream_every=0)
+    report = suite.run_suite(ScriptedModel(_gullible), records, harness=_without_comment_echo(tmp_path), stream_every=0)
     hits = report["attack_hits"]
     assert hits["reply_canary"] == 2 and hits["tool_canary"] == 1 and hits["injected_tool_executed"] == 1
     assert not report["passed"] and report["by_category"]["benign"].get("hits", 0) == 0
+    guarded = suite.run_suite(ScriptedModel(_gullible), records, stream_every=0)
+    assert guarded["attack_hits"]["reply_canary"] == 0
 
 
 def test_hostile_subset_with_the_echo_model_crashes_nothing_and_no_attack_succeeds() -> None:

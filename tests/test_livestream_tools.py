@@ -256,7 +256,15 @@ def test_harness_yaml_shape() -> None:
     prompt_files = {p.name for p in (HARNESS / "prompts").iterdir()}
     assert {f"{block}.md" for block in config["pipeline"]} <= prompt_files
     hooks = {hook["name"]: hook.get("config", {}) for hook in config["hooks"]}
-    builtin = ["input_guard", "reply_schema", "reply_length", "claims_check", "grounded_claims", "tool_retry"]
+    builtin = [
+        "input_guard",
+        "reply_schema",
+        "reply_length",
+        "claims_check",
+        "comment_echo",
+        "grounded_claims",
+        "tool_retry",
+    ]
     assert list(hooks) == [*builtin, "tool_policy"]
     assert hooks["tool_retry"] == {"retries": 1, "backoff_s": 0.2, "statuses": ["timeout"]}
     assert "100% refund" in hooks["grounded_claims"]["forbidden_phrases"]

@@ -178,7 +178,7 @@ class Agent:
         room = dict(request.room)
         return _Run(
             request=request,
-            hook_ctx=HookContext(self.harness, rid, room=room),
+            hook_ctx=HookContext(self.harness, rid, room=room, comments=tuple(request.comments)),
             tool_ctx=ToolContext(request_id=rid, room=room, state={}, resources=dict(request.resources)),
             started=time.perf_counter(),
         )

@@ -47,6 +47,7 @@ __all__ = [
     "ToolResult",
     "canonical_arguments",
     "check_binding",
+    "strict_schema",
 ]
 
 DEFAULT_MAX_CONCURRENCY = 8
@@ -137,6 +138,17 @@ def check_binding(
     return f"binding {binding!r} has an unknown kind; use python:module:function or mcp:server/tool"
 
 
+def strict_schema(parameters: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameter schema as calls are checked against it: an object schema that lists its
+    properties and says nothing about others gets ``additionalProperties: false`` (OpenAI's
+    strict function calling does the same), so an argument the tool does not declare is an
+    ``invalid_args`` observation for the model instead of reaching the implementation."""
+    schema = dict(parameters)
+    if schema.get("type") == "object" and "properties" in schema and "additionalProperties" not in schema:
+        schema["additionalProperties"] = False
+    return schema
+
+
 def canonical_arguments(spec: ToolSpec, arguments: Mapping[str, Any]) -> dict[str, Any]:
     """Map the harness's (possibly renamed) parameter names back to the binding's own names.
 
@@ -182,7 +194,7 @@ class ToolRegistry:
         self._takes_context = {name: _accepts_context(fn) for name, fn in self._python.items()}
         self._mcp_pool = mcp_pool
         self._owns_pool = False
-        self._validators = {n: Draft202012Validator(dict(s.parameters)) for n, s in self.specs.items()}
+        self._validators = {n: Draft202012Validator(strict_schema(s.parameters)) for n, s in self.specs.items()}
         self.concurrency = {n: _concurrency(s, max_concurrency) for n, s in self.specs.items()}
         self._bulkheads: dict[str, cf.ThreadPoolExecutor] = {}
         self._lock = threading.Lock()
