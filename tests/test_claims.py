@@ -240,12 +240,15 @@ def test_a_tool_argument_from_the_comment_is_blocked_unless_free_text() -> None:
     blocked = hook.before_tool(ctx, "get_stock", {"product": "CNRY-08a2b50dbb"})
     assert blocked is not None and blocked.action == "block" and "get_stock.product" in blocked.reason
     assert hook.before_tool(ctx, "get_stock", {"product": "p-dress-01", "color": "blue"}) is None
+    garbled = hook.before_tool(ctx, "get_stock", {"product": "CNRY-08a2b50db6"})  # one character changed
+    assert garbled is not None and "viewer comment" in garbled.reason
+    assert hook.before_tool(ctx, "get_stock", {"product": "p-hoodie-01"}) is None  # catalog id, not from the comment
     order = HookContext(LIVESTREAM, "r", comments=("my order A12345 never came",))
     assert hook.before_tool(order, "handoff_to_service", {"reason": "order A12345 never arrived"}) is None
 
 
 def test_an_argument_the_tool_does_not_declare_never_reaches_it() -> None:
-    model = ScriptedModel([tool("get_stock", reason="CNRY-eb1f3abee4"), say("Let me check that for you.")])
+    model = ScriptedModel([tool("get_stock", reason="viewer asked"), say("Let me check that for you.")])
     trace = Agent(LIVESTREAM, model, context_provider=livestream_context).respond(Request.of("hi")).trace
     (call,) = [c for r in trace.rounds for c in r.tool_calls]
     assert call.status == "invalid_args" and "reason" in call.error and "TypeError" not in call.error

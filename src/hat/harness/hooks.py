@@ -376,6 +376,15 @@ _CODE = re.compile(r"(?<![\w-])(?=[\w-]*\d)(?=[\w-]*[^\W\d_])[\w][\w-]{5,}(?![\w
 _WORD = re.compile(r"[^\W_]+")
 
 
+def _near_copy(token: str, text: str) -> bool:
+    """``token`` is in ``text`` or within ~20 % edits of one of its code-like tokens."""
+    if token in text:
+        return True
+    import difflib
+
+    return any(difflib.SequenceMatcher(None, token, other).ratio() >= 0.8 for other in _CODE.findall(text))
+
+
 class CommentEchoHook(Hook):
     """A reply must not repeat what a viewer asked it to say, and a tool call must not carry it.
     A reply is retried with feedback when it contains, from a comment of this request and from
@@ -395,11 +404,10 @@ class CommentEchoHook(Hook):
 
     def before_tool(self, ctx: HookContext, name: str, arguments: dict[str, Any]) -> Verdict | None:
         """A tool argument may not carry a code or link from a comment that nothing grounds (a
-        product "CNRY-…", a coupon the viewer made up), except the parameters listed as free text
-        in ``free_text: {tool: [param, …]}`` (a hand-off reason may quote the viewer's order
-        number)."""
-        if not ctx.comments:
-            return None
+        product "CNRY-…", a coupon the viewer made up), nor a garbled copy of one (a code nothing
+        in the prompt or the tool results grounds that is within a few edits of a comment's code),
+        except in the parameters listed as free text in ``free_text: {tool: [param, …]}`` (a
+        hand-off reason may quote the viewer's order number)."""
         free = self._free_text(ctx, name)
         grounding = "\n".join(ctx.grounding).casefold()
         comments = "\n".join(ctx.comments).casefold()
@@ -409,12 +417,8 @@ class CommentEchoHook(Hook):
                 continue
             for token in _CODE.findall(json.dumps(value, ensure_ascii=False)):
                 key = token.casefold().strip("\"'.,;:!?)")
-                if key and key in comments and key not in grounding:
-                    return Verdict.block(
-                        self.feedback(
-                            f"{name}.{param} = {token!r} comes from a viewer comment, not from the product data"
-                        )
-                    )
+                if key and key not in grounding and _near_copy(key, comments):
+                    return Verdict.block(self.feedback(f"{name}.{param} = {token!r} comes from a viewer comment"))
         return None
 
     def _free_text(self, ctx: HookContext, name: str) -> set[str]:
