@@ -56,28 +56,10 @@ def real_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory: pytest.TempPathFactory, real_dir: Path) -> Path:
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from conftest import save_tiny_llama
 
-    folder = tmp_path_factory.mktemp("tiny-llama")
     texts = [m["content"] for r in [*SHORT, *load_rows(real_dir)] for m in r["messages"]]
-    tokenizer = build_tokenizer(texts, vocab_size=2000)
-    tokenizer.save_pretrained(folder)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        initializer_range=0.3,  # a random model far from uniform logits: LoRA alone moves the loss fast
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=None,
-    )
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(folder)
-    return folder
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), build_tokenizer(texts, vocab_size=2000))
 
 
 def _config(out: Path, model: Path | str, **changes: Any) -> HatSFTConfig:
