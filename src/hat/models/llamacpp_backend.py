@@ -29,7 +29,9 @@ Design decisions:
 - **Decoding.** Tokens come one by one from ``Llama.generate``: greedy when ``temperature == 0``
   (no repetition penalty, like the transformers backend), else temperature/top-p sampling seeded
   by ``seed``. Bytes are decoded incrementally (a multi-byte character may span tokens), an
-  end-of-generation token ends the output, stop strings end it and are not included.
+  end-of-generation token ends the output, stop strings end it and are not included. Only
+  ``_stream`` is implemented: :class:`~hat.models.base.ModelBackend` closes the stream at a stop
+  string (which stops decoding) and derives ``generate`` from it.
 - **Prompt-prefix reuse.** llama.cpp keeps the KV cache of the one sequence in its context;
   ``Llama.generate`` keeps the longest token prefix the new prompt shares with what the context
   holds and evaluates only the rest. The rounds of a request extend each other and every request
@@ -69,9 +71,8 @@ from urllib.parse import parse_qs
 
 from hat.errors import MissingDependencyError, ModelError, ModelSpecError
 from hat.models import register_model_spec, shipped_adapter
-from hat.models.base import Generation, GenerationConfig, Message
+from hat.models.base import Finish, Generation, GenerationConfig, Message, ModelBackend
 from hat.models.gguf_lora import gguf_lora_for
-from hat.models.scripted import cut_stream_at_stop, truncate_at_stop
 from hat.models.transformers_backend import guard_user_turns, is_markup_token, smollm2_gguf_path, special_token_breaker
 
 __all__ = ["LlamaCppModel", "parse_llamacpp_spec"]
@@ -149,7 +150,7 @@ class _Template:
             return self.render(messages)
 
 
-class LlamaCppModel:
+class LlamaCppModel(ModelBackend):
     """A GGUF model in this process through llama.cpp. Build with :meth:`from_spec` or directly."""
 
     def __init__(
@@ -185,7 +186,6 @@ class LlamaCppModel:
         self.name = name or f"llamacpp:{path}"
         self.path = path
         self._lock = threading.Lock()
-        self._local = threading.local()
         self._template = _Template(self._chat_template(), self._token_text(self.llm.token_bos()), self._eos_text())
         self._breaker = special_token_breaker(self._special_texts())
 
@@ -257,36 +257,9 @@ class LlamaCppModel:
         return ids
 
     # -- generation ---------------------------------------------------------------------------------
-    @property
-    def last_generation(self) -> Generation | None:
-        """The last finished generation of the calling thread (streams set it when they end)."""
-        return getattr(self._local, "last", None)
-
-    def generate(
-        self,
-        messages: Sequence[Message],
-        config: GenerationConfig | None = None,
-        *,
-        cache_key: str | None = None,
-    ) -> Generation:
-        config = config or GenerationConfig()
-        for _ in self.stream(messages, config, cache_key=cache_key):
-            pass
-        result = self.last_generation
-        assert result is not None
-        return result
-
-    def stream(
-        self,
-        messages: Sequence[Message],
-        config: GenerationConfig | None = None,
-        *,
-        cache_key: str | None = None,
+    def _stream(
+        self, messages: Sequence[Message], config: GenerationConfig, cache_key: str | None, finish: Finish
     ) -> Iterator[str]:
-        config = config or GenerationConfig()
-        return cut_stream_at_stop(self._pieces(messages, config), config.stop)
-
-    def _pieces(self, messages: Sequence[Message], config: GenerationConfig) -> Iterator[str]:
         start = time.perf_counter()
         ids = self._encode(messages)
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -310,17 +283,17 @@ class LlamaCppModel:
                         yield piece
                     if len(new) >= config.max_new_tokens:
                         break
-            finally:
-                text, hit = truncate_at_stop("".join(out) + decoder.decode(b"", final=True), config.stop)
-                length = not ended and not hit and len(new) >= config.max_new_tokens
-                self._local.last = Generation(
-                    text=text,
-                    prompt_tokens=len(ids),
-                    completion_tokens=len(new),
-                    cached_tokens=cached,
-                    latency_s=time.perf_counter() - start,
-                    ttft_s=None if first is None else first - start,
-                    finish_reason="length" if length else "stop",
+            finally:  # also when closed early (a stop string): report what was generated
+                finish(
+                    Generation(
+                        text="".join(out) + decoder.decode(b"", final=True),
+                        prompt_tokens=len(ids),
+                        completion_tokens=len(new),
+                        cached_tokens=cached,
+                        latency_s=time.perf_counter() - start,
+                        ttft_s=None if first is None else first - start,
+                        finish_reason="length" if not ended and len(new) >= config.max_new_tokens else "stop",
+                    )
                 )
 
     def _held(self) -> list[int]:

@@ -12,8 +12,13 @@ client covers the large-model and many-GPU cases. Design choices:
   ``usage.prompt_tokens_details.cached_tokens`` where the server reports prefix-cache hits.
   ``cache_key`` is accepted for interface parity and not sent: these servers cache prefixes
   on their own.
+- Streams ask for ``stream_options.include_usage``, so the server's last event carries the token
+  counts and the :class:`~hat.models.base.Stream` reports them like ``generate`` does (zeros from a
+  server that sends no usage). Stop strings are sent to the server, which stops there; the base
+  class cuts them again in case it does not.
 - Every transport or protocol failure becomes a :class:`ModelError` that says what to check.
-  Non-streaming ``generate`` cannot see the first token, so its ``ttft_s`` is ``None``.
+  Non-streaming ``generate`` cannot see the first token, so its ``ttft_s`` is ``None``; a stream's
+  is the time to its first text.
 """
 
 from __future__ import annotations
@@ -28,8 +33,7 @@ from typing import Any
 import httpx
 
 from hat.errors import ModelError
-from hat.models.base import Generation, GenerationConfig, Message
-from hat.models.scripted import cut_stream_at_stop, truncate_at_stop
+from hat.models.base import Finish, Generation, GenerationConfig, Message, ModelBackend
 
 __all__ = ["OpenAICompatibleModel", "chat_completions_url"]
 
@@ -46,7 +50,7 @@ def chat_completions_url(base_url: str) -> str:
     return base + "/chat/completions"
 
 
-class OpenAICompatibleModel:
+class OpenAICompatibleModel(ModelBackend):
     """Chat completions over HTTP. ``api_key`` defaults to ``$OPENAI_API_KEY`` (may be unset)."""
 
     def __init__(
@@ -72,28 +76,32 @@ class OpenAICompatibleModel:
         """Close the HTTP connection pool."""
         self._client.close()
 
-    def generate(
-        self,
-        messages: Sequence[Message],
-        config: GenerationConfig | None = None,
-        *,
-        cache_key: str | None = None,
-    ) -> Generation:
-        config = config or GenerationConfig()
+    def _generate(self, messages: Sequence[Message], config: GenerationConfig, cache_key: str | None) -> Generation:
         start = time.perf_counter()
         body = self._post(self._payload(messages, config, stream=False))
-        return _parse_completion(body, config, time.perf_counter() - start)
+        return _parse_completion(body, time.perf_counter() - start)
 
-    def stream(
-        self,
-        messages: Sequence[Message],
-        config: GenerationConfig | None = None,
-        *,
-        cache_key: str | None = None,
+    def _stream(
+        self, messages: Sequence[Message], config: GenerationConfig, cache_key: str | None, finish: Finish
     ) -> Iterator[str]:
-        config = config or GenerationConfig()
-        payload = self._payload(messages, config, stream=True)
-        return cut_stream_at_stop(self._stream_deltas(payload), config.stop)
+        start = time.perf_counter()
+        first: float | None = None
+        parts: list[str] = []
+        usage: dict[str, Any] = {}
+        reason = "stop"
+        try:
+            for event in self._events(self._payload(messages, config, stream=True)):
+                usage = event.get("usage") or usage
+                choice = _first_choice(event)
+                reason = str(choice.get("finish_reason") or reason)
+                text = str((choice.get("delta") or {}).get("content") or "")
+                if text:
+                    first = first or time.perf_counter()
+                    parts.append(text)
+                    yield text
+        finally:  # also when closed early: report what arrived
+            ttft = None if first is None else first - start
+            finish(_generation("".join(parts), usage, time.perf_counter() - start, reason, ttft))
 
     def _payload(self, messages: Sequence[Message], config: GenerationConfig, *, stream: bool) -> dict:
         payload: dict[str, Any] = {
@@ -104,6 +112,8 @@ class OpenAICompatibleModel:
             "top_p": config.top_p,
             "stream": stream,
         }
+        if stream:
+            payload["stream_options"] = {"include_usage": True}
         if config.seed is not None:
             payload["seed"] = config.seed
         if config.stop:
@@ -124,18 +134,17 @@ class OpenAICompatibleModel:
             raise ModelError(f"{self.url} returned JSON that is not an object: {body!r:.200}")
         return body
 
-    def _stream_deltas(self, payload: dict) -> Iterator[str]:
+    def _events(self, payload: dict) -> Iterator[dict[str, Any]]:
         try:
             with self._client.stream("POST", self.url, json=payload) as response:
                 if response.status_code >= 400:
                     response.read()
                 _raise_for_status(response, self.url)
                 for line in response.iter_lines():
-                    delta = _sse_delta(line, self.url)
-                    if delta is None:
+                    event = _sse_event(line, self.url)
+                    if event is None:
                         return
-                    if delta:
-                        yield delta
+                    yield event
         except httpx.HTTPError as exc:
             raise self._transport_error(exc) from exc
 
@@ -168,14 +177,19 @@ def _raise_for_status(response: httpx.Response, url: str) -> None:
     raise ModelError(f"{url} answered HTTP {response.status_code}: {response.text[:300]!r}; {hint}")
 
 
-def _parse_completion(body: dict, config: GenerationConfig, latency_s: float) -> Generation:
+def _parse_completion(body: dict, latency_s: float) -> Generation:
     try:
         choice = body["choices"][0]
         raw = choice["message"].get("content") or ""
     except (KeyError, IndexError, TypeError, AttributeError) as exc:
         raise ModelError(f"unexpected chat-completions response (no choices[0].message): {body!r:.300}") from exc
-    text, hit = truncate_at_stop(raw, config.stop)
-    usage = body.get("usage") or {}
+    return _generation(raw, body.get("usage") or {}, latency_s, str(choice.get("finish_reason") or "stop"), None)
+
+
+def _generation(
+    text: str, usage: dict[str, Any], latency_s: float, finish_reason: str, ttft_s: float | None
+) -> Generation:
+    """A Generation with the server's token counts (zeros where its ``usage`` has none)."""
     details = usage.get("prompt_tokens_details") or {}
     return Generation(
         text=text,
@@ -183,15 +197,20 @@ def _parse_completion(body: dict, config: GenerationConfig, latency_s: float) ->
         completion_tokens=int(usage.get("completion_tokens") or 0),
         cached_tokens=int(details.get("cached_tokens") or 0),
         latency_s=latency_s,
-        ttft_s=None,
-        finish_reason="stop" if hit else str(choice.get("finish_reason") or "stop"),
+        ttft_s=ttft_s,
+        finish_reason=finish_reason,
     )
 
 
-def _sse_delta(line: str, url: str) -> str | None:
-    """The text of one SSE line: ``""`` for lines without text, ``None`` at ``[DONE]``."""
+def _first_choice(event: dict[str, Any]) -> dict[str, Any]:
+    choices = event.get("choices") or [{}]
+    return choices[0] if isinstance(choices, list) and isinstance(choices[0], dict) else {}
+
+
+def _sse_event(line: str, url: str) -> dict[str, Any] | None:
+    """The JSON event of one SSE line: ``{}`` for lines without one, ``None`` at ``[DONE]``."""
     if not line.startswith("data:"):
-        return ""
+        return {}
     data = line[len("data:") :].strip()
     if data == "[DONE]":
         return None
@@ -200,11 +219,7 @@ def _sse_delta(line: str, url: str) -> str | None:
     except json.JSONDecodeError as exc:
         raise ModelError(f"{url} sent a malformed stream event: {data[:200]!r}") from exc
     if not isinstance(event, dict):
-        return ""
+        return {}
     if event.get("error"):
         raise ModelError(f"{url} reported an error mid-stream: {event['error']!r:.300}")
-    choices = event.get("choices") or []
-    if not choices:
-        return ""
-    delta = choices[0].get("delta") or {}
-    return str(delta.get("content") or "")
+    return event

@@ -4,81 +4,32 @@ Tests of the runtime, the judges and the trainers need a model whose answers are
 advance, fast and free of torch. :class:`ScriptedModel` plays that part, the way httpx ships a
 mock transport: it replays a list of outputs (or asks a callable for each one), records every
 call so a test can assert what the model was shown, and behaves like a real backend where that
-is cheap to copy (stop strings cut the text, ``stream`` yields word pieces, token counts are
-whitespace words).
+is cheap to copy (stop strings cut the text, ``stream`` yields word pieces and then the same
+:class:`Generation`, token counts are whitespace words).
 
-The stop-string helpers live here too because every backend needs the same semantics and this
-module is the one backend without heavy imports: a stop string ends the text and is *not*
-included in it (the OpenAI convention). :func:`cut_stream_at_stop` applies the same rule to a
-stream of pieces, holding back only as many characters as the longest stop string could span.
+It is a :class:`~hat.models.base.ModelBackend` with only ``_generate``: the base class gives it
+``stream`` and the stop-string rule, exactly as it gives them to the real backends. The stop-string
+helpers live in :mod:`hat.models.stops`; they are re-exported here for older imports.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from hat.errors import HatError, ModelError, ModelSpecError
-from hat.models.base import Generation, GenerationConfig, Message
+from hat.models.base import Generation, GenerationConfig, Message, ModelBackend, word_pieces
+from hat.models.stops import cut_stream_at_stop, truncate_at_stop
 from hat.textio import read_text
 
-__all__ = ["ScriptedModel", "cut_stream_at_stop", "truncate_at_stop"]
-
-_WORD_PIECE = re.compile(r"\s*\S+|\s+$")
+__all__ = ["ScriptedModel", "cut_stream_at_stop", "truncate_at_stop", "word_pieces"]
 
 
-def truncate_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
-    """Cut ``text`` before the earliest stop string; return the text and whether one was found."""
-    cut = min((i for s in stop if s and (i := text.find(s)) >= 0), default=-1)
-    return (text[:cut], True) if cut >= 0 else (text, False)
-
-
-def cut_stream_at_stop(pieces: Iterable[str], stop: Sequence[str]) -> Iterator[str]:
-    """Re-yield ``pieces`` up to (not including) the first stop string, which may span pieces.
-
-    Characters that could still be the start of a stop string are held back until the next
-    piece decides; the stream ends as soon as a stop string is complete.
-    """
-    stops = [s for s in stop if s]
-    source = iter(pieces)
-    try:
-        if not stops:
-            yield from source
-            return
-        hold = max(len(s) for s in stops) - 1
-        pending = ""
-        for piece in source:
-            pending += piece
-            text, hit = truncate_at_stop(pending, stops)
-            if hit:
-                if text:
-                    yield text
-                return
-            safe = len(pending) - hold
-            if safe > 0:
-                yield pending[:safe]
-                pending = pending[safe:]
-        if pending:
-            yield pending
-    finally:
-        # Stopping early (or the caller closing us) must also stop the producer, e.g. a
-        # generation thread or an open HTTP response.
-        close = getattr(source, "close", None)
-        if close is not None:
-            close()
-
-
-def word_pieces(text: str) -> list[str]:
-    """Split ``text`` into pieces of leading whitespace + one word; ``"".join`` gives it back."""
-    return _WORD_PIECE.findall(text)
-
-
-class ScriptedModel:
+class ScriptedModel(ModelBackend):
     """Replays ``outputs`` in order, or asks ``outputs(messages)`` for each generation.
 
     ``loop=True`` starts again from the first output when the script runs out; otherwise the
@@ -128,17 +79,10 @@ class ScriptedModel:
             return None
         return len(self._outputs) - self._next
 
-    def generate(
-        self,
-        messages: Sequence[Message],
-        config: GenerationConfig | None = None,
-        *,
-        cache_key: str | None = None,
-    ) -> Generation:
+    def _generate(self, messages: Sequence[Message], config: GenerationConfig, cache_key: str | None) -> Generation:
         start = time.perf_counter()
-        config = config or GenerationConfig()
-        raw = self._take(messages)
-        text, _ = truncate_at_stop(raw, config.stop)
+        # A model stops generating at a stop string, so the words after it are never counted.
+        text, _ = truncate_at_stop(self._take(messages), config.stop)
         return Generation(
             text=text,
             prompt_tokens=sum(len(m.get("content", "").split()) for m in messages),
@@ -147,18 +91,6 @@ class ScriptedModel:
             ttft_s=0.0,
             finish_reason="stop",
         )
-
-    def stream(
-        self,
-        messages: Sequence[Message],
-        config: GenerationConfig | None = None,
-        *,
-        cache_key: str | None = None,
-    ) -> Iterator[str]:
-        # Generate eagerly so the call is recorded (and exhaustion raised) when stream() is
-        # called, not when the caller first iterates.
-        text = self.generate(messages, config, cache_key=cache_key).text
-        return iter(word_pieces(text))
 
     def _take(self, messages: Sequence[Message]) -> str:
         snapshot = [dict(m) for m in messages]

@@ -29,8 +29,9 @@ Design decisions:
 - **Thread safety.** One lock per model serialises generation and the session table.
 - **TTFT.** Both ``generate`` and ``stream`` time the first generated token with a streamer
   hook, so ``Generation.ttft_s`` is measured, never estimated. ``stream`` runs ``generate`` in a
-  worker thread with a ``TextIteratorStreamer``; the finished :class:`Generation` is kept in
-  ``last_generation`` and closing the stream early stops the worker at the next token.
+  worker thread with a ``TextIteratorStreamer``; the worker hands its :class:`Generation` to the
+  returned :class:`~hat.models.base.Stream`, and closing the stream early stops the worker at
+  the next token.
 - **Quiet loading.** A user cannot act on the GGUF de-quantisation bar (hundreds of lines in a
   log), transformers' loading report or a library's ``FutureWarning``; :func:`quiet_loading`
   silences them while weights load, and only then (``HAT_VERBOSE=1``, ``hat --verbose``, keeps them).
@@ -66,8 +67,7 @@ from pathlib import Path
 from typing import Any
 
 from hat.errors import MissingDependencyError, ModelError, ModelSpecError
-from hat.models.base import Generation, GenerationConfig, Message
-from hat.models.scripted import cut_stream_at_stop, truncate_at_stop
+from hat.models.base import Finish, Generation, GenerationConfig, Message, ModelBackend, cut_generation
 from hat.models.transformers_batch import BatchRow, Stopper, decode_greedy, prefill, slice_cache
 
 __all__ = [
@@ -340,7 +340,7 @@ def _cancel_criteria(event: threading.Event) -> Any:
     return transformers.StoppingCriteriaList([_Cancel()])
 
 
-class TransformersModel:
+class TransformersModel(ModelBackend):
     """A causal LM + tokenizer in this process. Build with :meth:`from_pretrained` or :meth:`smollm2`."""
 
     def __init__(self, model: Any, tokenizer: Any, *, name: str = "transformers", max_sessions: int = 8) -> None:
@@ -348,7 +348,6 @@ class TransformersModel:
         self.tokenizer = tokenizer
         self.name = name
         self.max_sessions = max_sessions
-        self.last_generation: Generation | None = None
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
         self._lock = threading.Lock()
         self._tool_as_user = False
@@ -416,16 +415,8 @@ class TransformersModel:
             else:
                 self._sessions.pop(cache_key, None)
 
-    def generate(
-        self,
-        messages: Sequence[Message],
-        config: GenerationConfig | None = None,
-        *,
-        cache_key: str | None = None,
-    ) -> Generation:
-        result = self._run(messages, config or GenerationConfig(), cache_key, None, None)
-        self.last_generation = result
-        return result
+    def _generate(self, messages: Sequence[Message], config: GenerationConfig, cache_key: str | None) -> Generation:
+        return self._run(messages, config, cache_key, None, None)
 
     def generate_batch(
         self,
@@ -453,7 +444,7 @@ class TransformersModel:
         if not conversations:
             return []
         if not self._batchable(config):
-            return [self._run(m, config, k, None, None) for m, k in zip(conversations, keys, strict=True)]
+            return [self.generate(m, config, cache_key=k) for m, k in zip(conversations, keys, strict=True)]
         start = time.perf_counter()
         encoded = [self._encode(m) for m in conversations]
         with self._lock:
@@ -471,7 +462,7 @@ class TransformersModel:
             self._trim_sessions(keep=sum(k is not None for k in keys))
         return [
             replace(
-                self._result(r.ids, r.new_ids, config, r.cached, start, r.first_token_at),
+                cut_generation(self._result(r.ids, r.new_ids, config, r.cached, start, r.first_token_at), config.stop),
                 latency_s=(r.done_at or time.perf_counter()) - start,
             )
             for r in rows
@@ -481,17 +472,9 @@ class TransformersModel:
         """Keep at least ``n`` KV-cache sessions (a batching caller holds one per conversation in flight)."""
         self.max_sessions = max(self.max_sessions, n)
 
-    def stream(
-        self,
-        messages: Sequence[Message],
-        config: GenerationConfig | None = None,
-        *,
-        cache_key: str | None = None,
+    def _stream(
+        self, messages: Sequence[Message], config: GenerationConfig, cache_key: str | None, finish: Finish
     ) -> Iterator[str]:
-        config = config or GenerationConfig()
-        return cut_stream_at_stop(self._stream_pieces(messages, config, cache_key), config.stop)
-
-    def _stream_pieces(self, messages: Sequence[Message], config: GenerationConfig, key: str | None) -> Iterator[str]:
         transformers = _require("transformers")
         streamer = transformers.TextIteratorStreamer(self.tokenizer, skip_prompt=True, skip_special_tokens=True)
         cancel = threading.Event()
@@ -499,7 +482,7 @@ class TransformersModel:
 
         def work() -> None:
             try:
-                self.last_generation = self._run(messages, config, key, streamer, cancel)
+                finish(self._run(messages, config, cache_key, streamer, cancel))
             except BaseException as exc:
                 errors.append(exc)
                 streamer.end()
@@ -601,12 +584,11 @@ class TransformersModel:
         start: float,
         first_token_at: float | None,
     ) -> Generation:
-        raw = self.tokenizer.decode(new_ids, skip_special_tokens=True)
-        text, hit = truncate_at_stop(raw, config.stop)
+        """The uncut Generation of ``new_ids`` (the base class cuts stop strings and then reports "stop")."""
         ended = bool(new_ids) and new_ids[-1] in self._eos
-        length = not ended and not hit and len(new_ids) >= config.max_new_tokens
+        length = not ended and len(new_ids) >= config.max_new_tokens
         return Generation(
-            text=text,
+            text=self.tokenizer.decode(new_ids, skip_special_tokens=True),
             prompt_tokens=len(ids),
             completion_tokens=len(new_ids),
             cached_tokens=cached,

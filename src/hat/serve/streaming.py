@@ -34,10 +34,10 @@ which the runtime refuses, so never reaches the stream; an own reply that happen
 the comment is released as soon as it diverges (or, if it never does, sent by ``final_events``
 once accepted).
 
-Token counts of a streamed round: ``stream`` does not return a :class:`Generation`, so the
-backend's own counts are used when it keeps a ``last_generation`` whose text equals the streamed
-text (the transformers and llama.cpp backends do), else tokens are counted with the model's
-tokenizer when it has one, else as whitespace words (the scripted model's unit).
+Token counts of a streamed round: a backend's ``stream`` returns a :class:`~hat.models.base.Stream`
+whose ``generation`` (set once the stream has ended) carries the backend's own counts, so they
+are used as they are; a model whose ``stream`` returns a plain iterator gets its tokens counted
+with the model's tokenizer when it has one, else as whitespace words (the scripted model's unit).
 """
 
 from __future__ import annotations
@@ -53,8 +53,7 @@ from typing import Any, Literal
 
 from hat.errors import ModelError
 from hat.harness.protocol import comment_views, fold_text
-from hat.models.base import Generation, GenerationConfig, Message, Model
-from hat.models.scripted import word_pieces
+from hat.models.base import Generation, GenerationConfig, Message, Model, Stream, word_pieces
 
 __all__ = ["RequestChannel", "ServingModel", "count_tokens", "partial_reply", "sse"]
 
@@ -287,13 +286,11 @@ class ServingModel:
             close = getattr(pieces, "close", None)
             if close is not None:
                 close()
-        text = "".join(parts)
-        return self._generation(text, messages, start, first)
+        if isinstance(pieces, Stream) and pieces.generation is not None:
+            return pieces.generation
+        return self._generation("".join(parts), messages, start, first)
 
     def _generation(self, text: str, messages: Sequence[Message], start: float, first: float | None) -> Generation:
-        last = getattr(self.inner, "last_generation", None)
-        if isinstance(last, Generation) and last.text == text:
-            return last
         completion, _ = count_tokens(self.inner, text)
         prompt, _ = count_tokens(self.inner, "\n".join(m.get("content", "") for m in messages))
         return Generation(
