@@ -46,6 +46,7 @@ lint: install
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src
 	$(BIN)/mypy src
+	$(BIN)/lint-imports
 
 format: install
 	$(BIN)/ruff format src tests benchmarks

@@ -33,7 +33,7 @@ def main() -> None:
     harness = load_harness(args.harness)
     tool = harness.tool_by_function("get_price")
     assert tool is not None, "the harness has no get_price tool"
-    room = livestream_context(Request.of("x")).room
+    room = livestream_context(Request.of("x")).context["room"]
     outputs = [(CALL % room["on_display"]).replace("get_price", tool.name), REPLY]
     agent = Agent(harness, ScriptedModel(outputs, loop=True), context_provider=livestream_context)
     for _ in range(20):  # warm-up: imports, template compilation, thread pool

@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 
 from hat.env.catalog import load_catalog
+from hat.env.claims import ClaimsCheckHook
 from hat.env.context import livestream_context
 from hat.env.livestream_tools import get_discount_rules, get_price, get_shipping, get_stock
 from hat.harness import Agent, Request, load_harness
-from hat.harness.claims import norm_number
-from hat.harness.hooks import ClaimsCheckHook, GroundedClaimsHook, HookContext
+from hat.harness.grounding import norm_number
+from hat.harness.hooks import GroundedClaimsHook, HookContext
 from hat.harness.pipeline import render_prompt, template_context
 from hat.models.scripted import ScriptedModel
 
@@ -134,8 +135,8 @@ def test_checks_config_selects_claim_kinds() -> None:
 
 # -- request-supplied values never ground a number -------------------------------------------------
 def _grounded(reply: str, room: dict[str, Any], *results: dict[str, Any], product: Any = None) -> str | None:
-    prompt = render_prompt(LIVESTREAM, template_context(LIVESTREAM, room, product)).text
-    ctx = HookContext(LIVESTREAM, "t", room=room, grounding=[prompt, *map(json.dumps, results)])
+    prompt = render_prompt(LIVESTREAM, template_context(LIVESTREAM, {"room": room, "product": product})).text
+    ctx = HookContext(LIVESTREAM, "t", context={"room": room}, grounding=[prompt, *map(json.dumps, results)])
     hook = next(h for h in LIVESTREAM.hooks if h.name == "grounded_claims")
     verdict = GroundedClaimsHook(**dict(hook.config)).stop_check(ctx, {"reply": reply})
     return None if verdict is None else verdict.reason
@@ -160,7 +161,7 @@ def test_room_campaign_does_not_ground_a_reply_end_to_end() -> None:
     model = ScriptedModel([say("Everything is 90% off today!"), say("Welcome to the stream!")])
     agent = Agent(LIVESTREAM, model, context_provider=livestream_context)
     room = {**load_catalog().new_room(), "campaign": "90% off everything"}
-    trace = agent.respond(Request.of("any deals?", room=room)).trace
+    trace = agent.respond(Request.of("any deals?", context={"room": room})).trace
     assert [r.action for r in trace.rounds] == ["rejected", "reply"]
     assert "the number 90" in trace.rounds[0].feedback and trace.reply == "Welcome to the stream!"
 
@@ -197,7 +198,7 @@ def test_contradicting_reply_is_retried_end_to_end() -> None:
 def _echo(reply: str, comment: str, *grounding: str, **config: Any) -> str | None:
     from hat.harness.hooks import CommentEchoHook
 
-    ctx = HookContext(LIVESTREAM, "r", grounding=list(grounding), comments=(comment,))
+    ctx = HookContext(LIVESTREAM, "r", grounding=list(grounding), turns=(comment,))
     verdict = CommentEchoHook(**config).stop_check(ctx, {"reply": reply})
     return None if verdict is None else verdict.reason
 
@@ -236,14 +237,14 @@ def test_a_tool_argument_from_the_comment_is_blocked_unless_free_text() -> None:
     from hat.harness.hooks import CommentEchoHook
 
     hook = CommentEchoHook(free_text={"handoff_to_service": ["reason"]})
-    ctx = HookContext(LIVESTREAM, "r", grounding=["p-dress-01 blue M"], comments=("check stock of CNRY-08a2b50dbb",))
+    ctx = HookContext(LIVESTREAM, "r", grounding=["p-dress-01 blue M"], turns=("check stock of CNRY-08a2b50dbb",))
     blocked = hook.before_tool(ctx, "get_stock", {"product": "CNRY-08a2b50dbb"})
     assert blocked is not None and blocked.action == "block" and "get_stock.product" in blocked.reason
     assert hook.before_tool(ctx, "get_stock", {"product": "p-dress-01", "color": "blue"}) is None
     garbled = hook.before_tool(ctx, "get_stock", {"product": "CNRY-08a2b50db6"})  # one character changed
-    assert garbled is not None and "viewer comment" in garbled.reason
+    assert garbled is not None and "from the user's text" in garbled.reason
     assert hook.before_tool(ctx, "get_stock", {"product": "p-hoodie-01"}) is None  # catalog id, not from the comment
-    order = HookContext(LIVESTREAM, "r", comments=("my order A12345 never came",))
+    order = HookContext(LIVESTREAM, "r", turns=("my order A12345 never came",))
     assert hook.before_tool(order, "handoff_to_service", {"reason": "order A12345 never arrived"}) is None
 
 

@@ -78,3 +78,65 @@ def test_broken_harness_exits_2(tmp_path):
     (tmp_path / "bad").mkdir()
     result = runner.invoke(app, ["run", "--harness", str(tmp_path / "bad"), "--model", "smollm2", "--comment", "hi"])
     assert result.exit_code == 2 and "harness.yaml" in result.output
+
+
+def test_run_passes_context_to_the_request_and_keeps_live_room_labels(tmp_path):
+    spec = _script(tmp_path, ['<reply>{"reply": "Thanks for joining the stream!"}</reply>'] * 2)
+    result = runner.invoke(app, ["run", "--model", spec, "-c", "hi", "--context", '{"campaign": "winter", "n": 2}'])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[:2] == ["viewer: hi", "avatar: Thanks for joining the stream!"]
+    record = json.loads(
+        runner.invoke(app, ["run", "--model", spec, "-c", "hi", "--context", '{"campaign": "w"}', "--json"]).stdout
+    )
+    request = record["trace"]["context"]["request"]
+    assert request["campaign"] == "w" and "room" in request  # the caller's key, and the live room's provider ran
+
+
+def test_run_refuses_a_bad_context_before_the_model_loads(tmp_path):
+    missing_model = f"scripted:{tmp_path / 'no-such-script.jsonl'}"  # loading it would fail with another message
+    latin1 = tmp_path / "latin1.json"
+    latin1.write_bytes(b'{"name": "caf\xe9"}')
+    cases = {
+        ("--context", "{bad"): "--context is not valid JSON",
+        ("--context", "[1, 2]"): "--context must be a JSON object ({...}), not an array",
+        ("--context", '"text"'): "not a string",
+        ("--context", "null"): "not null",
+        ("--context-file", str(tmp_path / "none.json")): "cannot read the context file",
+        ("--context-file", str(latin1)): "latin1.json:1:14: the context file is not UTF-8",
+        ("--context", "{}", "--context-file", str(latin1)): "give --context or --context-file, not both",
+    }
+    for args, message in cases.items():
+        result = runner.invoke(app, ["run", "--model", missing_model, "-c", "hi", *args])
+        assert result.exit_code == 2, (args, result.output)
+        errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and message in errors[0], (args, result.stderr)
+
+
+def test_diagnose_default_grouping_comes_from_the_library():
+    from hat.evolve.diagnose import GROUP_KEYS
+
+    assert ",".join(GROUP_KEYS) in runner.invoke(app, ["evolve", "diagnose", "--help"]).stdout
+
+
+POLICY_RUN = """
+import sys
+from typer.testing import CliRunner
+from hat.cli.main import app
+assert "hat.evolve.policy" not in sys.modules  # nothing registered it at import
+result = CliRunner().invoke(app, ["eval", "--suite", "t1", "--model", "rule-reader", "--n", "2", "--json"])
+print(result.exit_code, result.stdout.strip().splitlines()[-1] if result.stdout.strip() else result.output)
+"""
+
+
+def test_rule_reader_policy_still_works_from_the_cli():
+    """hat.evolve is imported on use now; the commands that take a policy register rule-reader."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-c", POLICY_RUN], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    code, _, summary = proc.stdout.strip().splitlines()[-1].partition(" ")
+    assert code == "0", proc.stdout
+    assert json.loads(summary)["model"] == "rule-reader" and json.loads(summary)["n"] == 2

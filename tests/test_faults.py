@@ -23,7 +23,9 @@ HARNESS = load_harness("livestream")
 
 
 def context(spec: FaultSpec, episode_id: str = "ep") -> ToolContext:
-    return ToolContext(room={"on_display": "p-dress-01"}, resources={"faults": FaultInjector(spec, episode_id)})
+    return ToolContext(
+        context={"room": {"on_display": "p-dress-01"}}, resources={"faults": FaultInjector(spec, episode_id)}
+    )
 
 
 # -- the injector ----------------------------------------------------------------------------------
@@ -59,7 +61,7 @@ def test_each_kind_in_a_tool() -> None:
     start = time.perf_counter()
     assert tools.get_price(context=slow)["price"] == 59.9
     assert 0.015 < time.perf_counter() - start < 0.5
-    log = slow.faults.log
+    log = slow.resources["faults"].log
     assert log == [{"function_id": "get_price", "call_index": 0, "kind": "slow", "delay_ms": log[0]["delay_ms"]}]
     assert 20 <= log[0]["delay_ms"] <= 80
 
@@ -73,7 +75,7 @@ def test_retries_are_new_draws_and_logged() -> None:
         except RuntimeError:
             outcomes.append("error")
     assert "error" in outcomes and 59.9 in outcomes
-    assert [e["call_index"] for e in ctx.faults.log] == [i for i, o in enumerate(outcomes) if o == "error"]
+    assert [e["call_index"] for e in ctx.resources["faults"].log] == [i for i, o in enumerate(outcomes) if o == "error"]
 
 
 def test_wrapped_tools_keep_their_signature() -> None:

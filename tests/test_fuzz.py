@@ -244,7 +244,7 @@ def injections(draw: st.DrawFn) -> str:
 def _respond(comment: str, model: Callable[[list[dict[str, str]]], str]) -> Any:
     agent = Agent(LIVE, ScriptedModel(model))
     try:
-        return agent.respond(Request.of(comment, room=ROOM))
+        return agent.respond(Request.of(comment, context={"room": ROOM}))
     finally:
         agent.close()
 

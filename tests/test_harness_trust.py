@@ -201,6 +201,8 @@ def test_legitimate_mcp_server_passes_and_its_command_is_reported(mini_harness_d
 # -- 3. dry render -------------------------------------------------------------------------------
 def test_block_that_cannot_render_fails_validation_naming_block_and_file(mini_harness_dir):
     (mini_harness_dir / "prompts" / "status.md").write_text("Room status\n{{ room.turns_left // 0 }} turns")
+    with (mini_harness_dir / "harness.yaml").open("a") as f:  # a context like the real requests'
+        f.write("sample_context: {room: {turns_left: 5}}\n")
     _edit_yaml(mini_harness_dir, "pipeline: [role, catalog, format]", "pipeline: [role, catalog, format, status]")
     problems = _errors(mini_harness_dir)
     assert len(problems) == 1, problems
@@ -219,8 +221,10 @@ def test_block_needing_a_product_is_a_warning(mini_harness_dir):
     (mini_harness_dir / "prompts" / "role.md").write_text(
         "Specs: {% for key, value in product.specs.items() %}{{ key }}={{ value }} {% endfor %}"
     )
+    with (mini_harness_dir / "harness.yaml").open("a") as f:
+        f.write("sample_context: {product: {specs: {color: blue}}}\n")
     check = check_harness(mini_harness_dir)
-    assert check.ok and len(check.warnings) == 1 and "no room, product or FAQ" in check.warnings[0].message
+    assert check.ok and len(check.warnings) == 1 and "when a request has no context" in check.warnings[0].message
     assert _cli("validate", str(mini_harness_dir))[0] == 0
     code, output = _cli("validate", "--strict", "--json", str(mini_harness_dir))
     data = json.loads(output)

@@ -21,6 +21,7 @@ from hat.env.episode import Episode, Gold, GoldCall
 from hat.env.livestream_tools import get_price, get_specs, get_stock, handoff_to_service, switch_product_link
 from hat.harness import Agent, Harness, Request, Round, Skill, ToolCallRecord, Trace, load_harness
 from hat.harness.pipeline import render_prompt, template_context
+from hat.harness.tools import ToolContext
 from hat.judge import JUDGES, JudgeResult, get_judge, judge_trace
 from hat.judge.accuracy import accuracy
 from hat.judge.base import norm_number, phrase_in, unsupported_numbers
@@ -70,7 +71,7 @@ def trace(
     rounds = [Round(i, "…", "tool_calls", reasoning=think[i], tool_calls=tuple(s)) for i, s in enumerate(steps)]
     rounds.append(Round(len(steps), "…", "reply", reasoning=think[len(steps)], reply={"reply": reply}))
     product = CATALOG.product(ROOM["on_display"])
-    prompt = render_prompt(harness, template_context(harness, dict(ROOM), product, [])).text
+    prompt = render_prompt(harness, template_context(harness, {"room": dict(ROOM), "product": product, "faq": []})).text
     loaded = tuple(str(c.arguments["name"]) for s in steps for c in s if c.kind == "skill" and c.status == "ok")
     return Trace(
         request_id="r",
@@ -322,7 +323,7 @@ def test_action_intents_need_their_action():
     switch = episode(
         "order_change", "next one please", tool_calls=(GoldCall("switch_product_link", {"product": "p-hoodie-01"}),)
     )
-    ctx = type("Ctx", (), {"room": dict(ROOM), "state": {}})()
+    ctx = ToolContext(context={"room": dict(ROOM)})
     nxt = call("switch_product_link", {"product": "next"}, switch_product_link("next", context=ctx))
     s = scores(switch, trace("Here's the Cozy Fleece Hoodie, ask me anything!", (nxt,)))
     assert s["tool_rationality"] == 1.0 and s["effectiveness"] == 1.0
@@ -438,7 +439,7 @@ def test_end_to_end_agent_trace_is_judged_good_and_round_trips():
         '<reply>{"reply": "' + GOOD_REPLY + '"}</reply>',
     ]
     agent = Agent(BASE, ScriptedModel(outputs), context_provider=livestream_context)
-    tr = agent.respond(Request.of("how much is this dress?", room=dict(ROOM))).trace
+    tr = agent.respond(Request.of("how much is this dress?", context={"room": dict(ROOM)})).trace
     agent.close()
     assert tr.status == "ok" and tr.reply == GOOD_REPLY
     first = judge_trace(PRICE_EP, tr, BASE)

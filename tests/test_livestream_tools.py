@@ -8,7 +8,6 @@ import importlib
 import inspect
 import re
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import jinja2
@@ -20,14 +19,15 @@ from jsonschema import Draft202012Validator
 from hat.env import livestream_tools as tools
 from hat.env.catalog import Catalog, find_product, load_catalog
 from hat.env.demo_script import HOST_LINES, VIEWER_COMMENTS, demo_stream
+from hat.harness.tools import ToolContext
 
 HARNESS = Path(tools.__file__).resolve().parents[1] / "harnesses" / "livestream"
 TOOL_FILES = sorted((HARNESS / "tools").glob("*.yaml"))
 SKILL_FILES = sorted((HARNESS / "skills").glob("*/SKILL.md"))
 
 
-def make_context(**room_changes: Any) -> SimpleNamespace:
-    return SimpleNamespace(room={**load_catalog().new_room(), **room_changes}, state={})
+def make_context(**room_changes: Any) -> ToolContext:
+    return ToolContext(context={"room": {**load_catalog().new_room(), **room_changes}})
 
 
 def front_matter(path: Path) -> tuple[dict[str, Any], str]:
@@ -156,7 +156,7 @@ def test_switch_product_link_mutates_state() -> None:
     result = tools.switch_product_link("yoga mat", context=context)
     assert result["on_display"] == context.state["on_display"] == "p-yogamat-01"
     assert result["previous"] == "p-dress-01" and result["changed"] is True
-    assert context.room["on_display"] == "p-dress-01"  # the room itself is not edited
+    assert context.context["room"]["on_display"] == "p-dress-01"  # the room itself is not edited
     assert tools.get_price(context=context)["product"] == "p-yogamat-01"  # later calls follow
     assert tools.switch_product_link("next", context=context)["on_display"] == "p-fryer-01"
     assert tools.switch_product_link("previous", context=context)["on_display"] == "p-yogamat-01"
@@ -166,7 +166,7 @@ def test_switch_next_at_end_and_without_order() -> None:
     with pytest.raises(ValueError, match="last product"):
         tools.switch_product_link("next", context=make_context(on_display="p-blocks-01"))
     with pytest.raises(ValueError, match="no product order"):
-        tools.switch_product_link("next", context=SimpleNamespace(room={}, state={}))
+        tools.switch_product_link("next", context=ToolContext())
 
 
 def test_handoff_ticket_is_deterministic() -> None:
@@ -188,7 +188,7 @@ def test_context_catalog_overrides_the_bundled_one() -> None:
         "products": [{**load_catalog().product("p-dress-01"), "price": 1.0}],  # type: ignore[dict-item]
         "room": {**load_catalog().room, "order": ["p-dress-01"]},
     }
-    context = SimpleNamespace(room=data["room"], state={}, catalog=Catalog.from_dict(data))
+    context = ToolContext(context={"room": data["room"]}, resources={"catalog": Catalog.from_dict(data)})
     assert tools.get_price(context=context)["price"] == 1.0
     assert tools.get_price("p-dress-01")["price"] == 59.9  # no context: the bundled catalog
 
@@ -260,7 +260,7 @@ def test_harness_yaml_shape() -> None:
         "input_guard",
         "reply_schema",
         "reply_length",
-        "claims_check",
+        "python:hat.env.claims:ClaimsCheckHook",
         "comment_echo",
         "grounded_claims",
         "tool_retry",
@@ -278,7 +278,9 @@ def render_system_prompt(room: dict[str, Any], faq: list[dict[str, str]]) -> str
     from hat.harness import load_harness, template_context
 
     harness = load_harness(HARNESS)
-    variables = template_context(harness, room, load_catalog().product(room.get("on_display") or ""), faq)
+    variables = template_context(
+        harness, {"room": room, "product": load_catalog().product(room.get("on_display") or ""), "faq": faq}
+    )
     env = SandboxedEnvironment(undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     texts = [env.from_string(harness.block(block).template).render(**variables) for block in harness.pipeline]
     return "\n\n".join(t.strip() for t in texts if t.strip())

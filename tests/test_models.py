@@ -728,3 +728,22 @@ def test_concurrent_streams_on_one_model_each_get_their_own_generation(tiny: Tra
             expected.prompt_tokens,
             expected.completion_tokens,
         )
+
+
+def test_simulator_model_specs_load_through_entry_points_without_importing_the_simulator() -> None:
+    """``load_model("oracle")`` works in a fresh interpreter that never imported ``hat.env``: the
+    spec comes from the ``hat.models`` entry point (issue 13), not from an import side effect."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from hat.models import load_model, model_specs\n"
+        "assert 'hat.env.policies' not in sys.modules\n"
+        "assert any(s.startswith('oracle') for s in model_specs())\n"
+        "from hat.errors import ModelSpecError\n"
+        "try:\n    load_model('oracle')\nexcept ModelSpecError as e:\n    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "simulator-only: pass episode= and harness=" in out.stdout

@@ -316,7 +316,7 @@ def test_policy_registry() -> None:
 def test_simulate_and_request() -> None:
     ep = EPISODES["price"]
     request = episode_request(ep)
-    assert request.request_id == "ep-price" and request.product and request.product["id"] == "p-dress-01"
-    assert request.room["order"] and len(request.faq) <= 2 and "faults" in request.resources
+    assert request.request_id == "ep-price" and request.context["product"]["id"] == "p-dress-01"
+    assert request.context["room"]["order"] and len(request.context["faq"]) <= 2 and "faults" in request.resources
     trace = simulate(ep, HARNESS)
     assert trace.status == "ok" and trace.context["episode_id"] == "ep-price" and trace.context["faults"] == []

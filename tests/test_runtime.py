@@ -24,7 +24,7 @@ def agent_for(harness_dir, outputs, **kw) -> Agent:
 
 def test_tool_then_reply_records_everything(mini_harness_dir):
     agent = agent_for(mini_harness_dir, ["<think>need price</think>" + tool("get_price", product="p-1"), REPLY])
-    resp = agent.respond(Request.of("how much?", room={"on_display": "p-1"}))
+    resp = agent.respond(Request.of("how much?", context={"room": {"on_display": "p-1"}}))
     t = resp.trace
     assert resp.reply == "It is 19.9 today!" and t.status == "ok"
     assert [r.action for r in t.rounds] == ["tool_calls", "reply"]

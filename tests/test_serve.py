@@ -452,3 +452,21 @@ def test_metrics_are_exposed_and_count():
 
 
 # -- soak, reload under load, killed tool backend -----------------------------------------------------
+
+
+def test_a_harness_that_is_not_the_live_room_gets_the_body_context(mini_harness_dir):
+    """A served harness without a live room (no context provider) gets the request's ``context``
+    and no ``room`` (issue 13); a context that names a room, or is too large, is a 422."""
+    model = ScriptedModel([OTHER], loop=True)
+    app = create_app(mini_harness_dir, model)
+    with serving(app) as url:
+        ok = httpx.post(
+            f"{url}/v1/reply",
+            json={"room_id": "desk-1", "comment": "hi", "context": {"product": {"name": "Kettle"}}},
+        )
+        with_room = httpx.post(f"{url}/v1/reply", json={"room_id": "d", "comment": "hi", "context": {"room": {}}})
+        huge = httpx.post(f"{url}/v1/reply", json={"room_id": "d", "comment": "hi", "context": {"k": "x" * 20000}})
+    assert ok.status_code == 200, ok.json()
+    assert "Product: Kettle" in model.calls[0][0]["content"]  # the mini harness's role block renders it
+    assert with_room.status_code == 422 and "'room' field" in with_room.json()["error"]["message"]
+    assert huge.status_code == 422 and "bytes of JSON" in huge.json()["error"]["message"]

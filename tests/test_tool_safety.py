@@ -252,7 +252,7 @@ def test_livestream_lookups_are_idempotent_and_side_effects_are_policed() -> Non
     handoff = call("handoff_to_service", reason="refund")
     agent = Agent(live, ScriptedModel([handoff, handoff, '<reply>{"reply": "Customer service will help!"}</reply>']))
     try:
-        trace = agent.respond(Request.of("refund!", room={"on_display": "p-dress-01"})).trace
+        trace = agent.respond(Request.of("refund!", context={"room": {"on_display": "p-dress-01"}})).trace
     finally:
         agent.close()
     assert [c.status for c in trace.tool_calls] == ["ok", "blocked"]

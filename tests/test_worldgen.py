@@ -9,7 +9,6 @@ import random
 import subprocess
 import sys
 from collections import Counter
-from types import SimpleNamespace
 
 import pytest
 
@@ -18,6 +17,7 @@ from hat.env.catalog import CATALOG_PATH, Catalog, load_catalog
 from hat.env.world import world_catalog
 from hat.env.worldgen import FAQ_FACTS, World, generate_world
 from hat.harness.state import canonical_json
+from hat.harness.tools import ToolContext
 
 SEEDS = (0, 1, 7)
 
@@ -27,8 +27,8 @@ def world() -> World:
     return generate_world(0)
 
 
-def context(world: World, room_index: int = 0) -> SimpleNamespace:
-    return SimpleNamespace(catalog=world.catalog(), room=dict(world.rooms[room_index]), state={})
+def context(world: World, room_index: int = 0) -> ToolContext:
+    return ToolContext(context={"room": dict(world.rooms[room_index])}, resources={"catalog": world.catalog()})
 
 
 def test_same_seed_same_bytes_in_process_and_in_a_subprocess() -> None:
@@ -92,7 +92,7 @@ def test_catalog_per_room_and_world_catalog_cache(world: World) -> None:
 def test_every_product_resolves_through_the_existing_tools(seed: int) -> None:
     world = generate_world(seed)
     ctx = context(world)
-    catalog = ctx.catalog
+    catalog = ctx.resources["catalog"]
     for product in world.products:
         pid = product["id"]
         assert catalog.find_product(product["name"])["id"] == pid  # type: ignore[index]

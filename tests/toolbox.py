@@ -22,7 +22,7 @@ def get_price(product: str, *, context=None) -> dict:
     return {
         "product": product,
         "price": 19.9,
-        "on_display": (context.room.get("on_display") if context else None),
+        "on_display": (context.context.get("room", {}).get("on_display") if context else None),
     }
 
 

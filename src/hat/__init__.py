@@ -3,8 +3,9 @@
 Public API (everything else is internal and may change)::
 
     from hat import load_harness, Agent, Request, load_model
-    agent = Agent(load_harness("livestream"), load_model("smollm2-hat"))  # or "smollm2", the base model
-    print(agent.respond("how much is the dress?").reply)
+    harness = load_harness("livestream")
+    agent = Agent(harness, load_model("smollm2-hat"), context_provider=load_context_provider(harness))
+    print(agent.respond(Request.of("how much is the dress?")).reply)
 """
 
 from hat.errors import HarnessError, HarnessValidationError, HatError, ModelError, ModelSpecError
@@ -17,8 +18,10 @@ from hat.harness import (
     Trace,
     Verdict,
     diff_harness,
+    load_context_provider,
     load_harness,
     save_harness,
+    tool,
     validate_harness,
 )
 from hat.models import load_model
@@ -40,8 +43,10 @@ __all__ = [
     "Verdict",
     "__version__",
     "diff_harness",
+    "load_context_provider",
     "load_harness",
     "load_model",
     "save_harness",
+    "tool",
     "validate_harness",
 ]

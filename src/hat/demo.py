@@ -50,9 +50,9 @@ def demo_records(
     between comments (a product link switched by one reply stays switched), as in a real stream."""
     state_room = dict(room or {})
     for item in stream:
-        request = Request.of(item["comment"], room=state_room)
+        request = Request.of(item["comment"], context={"room": state_room})
         response = agent.respond(request)
-        state_room = dict(response.trace.context.get("room", state_room))
+        state_room = dict(response.trace.context.get("request", {}).get("room", state_room))
         if "on_display" in response.trace.context.get("state", {}):  # a switched product link stays
             state_room["on_display"] = response.trace.context["state"]["on_display"]
         yield reply_record(item["comment"], response, item.get("host"))

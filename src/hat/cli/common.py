@@ -233,6 +233,16 @@ def loading_model(spec: str) -> Iterator[None]:
         print(f"loaded model {spec} in {_duration(elapsed)}", file=sys.stderr, flush=True)
 
 
+def simulator_policies() -> None:
+    """Register every simulator policy, ``rule-reader`` (:mod:`hat.evolve.policy`) among them.
+
+    Called by the commands that take a policy where a model goes (``hat eval`` on a suite, ``hat
+    compare``, ``hat datagen``), not when the CLI is imported: the policies live in the simulator
+    (:mod:`hat.env`), which ``hat run``, ``hat harness`` and ``hat eval --episodes`` on another
+    domain's harness never import."""
+    import hat.evolve.policy  # noqa: F401  (registers rule-reader in hat.env.policies.POLICIES)
+
+
 def harness_or_exit(ref: str) -> Harness:
     try:
         return load_harness(ref)
@@ -249,8 +259,14 @@ def model_or_exit(spec: str) -> Model:
 
 
 def build_agent(harness_ref: str, model_spec: str, sinks: Sequence[Sink] = ()) -> Agent:
-    from hat.env.context import livestream_context
+    """The harness (checked first: a bad folder fails before the model loads) with its own context
+    provider, if it names one, and the model."""
+    from hat.harness.loader import load_context_provider
 
     harness = harness_or_exit(harness_ref)
+    try:
+        provider = load_context_provider(harness)
+    except HatError as exc:
+        fail(exc, error_exit(exc))
     model = model_or_exit(model_spec)
-    return Agent(harness, model, sinks=sinks, context_provider=livestream_context)
+    return Agent(harness, model, sinks=sinks, context_provider=provider)

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from hat.cli.common import StepProgress, error_exit, fail, stdout_to_stderr
+from hat.cli.common import StepProgress, error_exit, fail, simulator_policies, stdout_to_stderr
 from hat.errors import HatError
 
 app = typer.Typer(help="Blind pairwise comparison of two systems, and A/B analysis.", no_args_is_help=True)
@@ -70,6 +70,7 @@ def pairwise(
     from hat.compare.pairwise import System, ratings_path, run_pairwise, tally, write_pairs, write_ratings
 
     _check_suite(suite)
+    simulator_policies()
     if (out_dir / "pairs.jsonl").exists():
         fail(f"{out_dir / 'pairs.jsonl'} exists; choose another --out folder (ratings there belong to those pairs)")
     systems = System(model, harness), System(baseline, baseline_harness or harness)
@@ -271,6 +272,7 @@ def ab_sim(
     from hat.compare.ab import analyse_ab, simulate_ab
 
     _check_suite(suite)
+    simulator_policies()
     try:
         with stdout_to_stderr(as_json):
             sim = simulate_ab(

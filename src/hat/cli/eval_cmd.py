@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from hat.cli.common import DEFAULT_MODEL, StepProgress, error_exit, fail, stdout_to_stderr
+from hat.cli.common import DEFAULT_MODEL, StepProgress, error_exit, fail, simulator_policies, stdout_to_stderr
 from hat.errors import HatError
 
 sim_app = typer.Typer(help="The simulated live room.", no_args_is_help=True)
@@ -78,6 +78,12 @@ def eval_command(
     n: int = typer.Option(100, "--n", min=1, help="Episodes (or prompts) to evaluate."),
     seed: int = typer.Option(0, help="Seed of the episodes and policies."),
     harness: str = typer.Option("livestream", help="Production harness (folder or built-in name)."),
+    episodes: Path | None = typer.Option(
+        None,
+        "--episodes",
+        help="A JSONL file of labelled requests for --harness, instead of --suite: no simulator; each is "
+        "scored on tool calls, skill and required facts (format: hat.eval.episodes_file).",
+    ),
     fault_rate: float = typer.Option(0.0, min=0.0, max=1.0, help="Tool fault probability per call."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON summary object on stdout."),
     out_dir: Path | None = typer.Option(
@@ -111,7 +117,12 @@ def eval_command(
     """Evaluate a model on a suite: per-dimension scores, overall score, per-intent breakdown, worst
     failures. Suite, model, options and data are checked before a model is loaded; progress goes to
     stderr (one line per step when stderr is not a terminal), so --json keeps stdout pure JSON. A
-    local model on a CPU takes seconds to minutes per episode: start with a small --n."""
+    local model on a CPU takes seconds to minutes per episode: start with a small --n. With
+    --episodes, the harness's own labelled requests instead (no simulator, nothing of hat.env)."""
+    if episodes is not None:
+        _episodes_file(harness, episodes, model, out_dir, as_json)
+        return
+    simulator_policies()
     from hat.eval.external_suites import EXTERNAL_SUITES
     from hat.eval.runner import run_cases
     from hat.eval.suites import build_cases
@@ -167,6 +178,30 @@ def eval_command(
         )
     else:
         _print_summary(summary)
+
+
+def _episodes_file(harness: str, episodes: Path, model: str, out_dir: Path | None, as_json: bool) -> None:
+    """``--episodes``: the harness's own labelled requests (:mod:`hat.eval.episodes_file`)."""
+    from hat.eval.episodes_file import evaluate_file, read_episodes_file, write_results
+
+    command = "hat " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    try:
+        progress = StepProgress(f"episodes · {model}", len(read_episodes_file(episodes)))
+        with progress, stdout_to_stderr(as_json):
+            result = evaluate_file(harness, episodes, model, on_case=lambda _case: progress.advance())
+        summary = result.summary()
+        if out_dir is not None:
+            paths = write_results(result, out_dir, _stem("episodes", model), command)
+            err.print(f"report: {paths[0]} · {paths[1]}", soft_wrap=True)
+    except HatError as exc:
+        fail(exc, error_exit(exc))
+    if as_json:
+        print(json.dumps(summary, ensure_ascii=False))
+        return
+    _print_summary(summary)
+    for case in summary["worst"]:
+        line = f"{case['episode_id']} {case['score']:.1f}: {'; '.join(case['reasons'].values())}"
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _stem(suite: str, model: str) -> str:

@@ -11,8 +11,11 @@ A cycle::
     hat evolve gate <version> --harness shop --model rule-reader --suites t1,t3-prompt --n 200
     hat evolve history --harness shop --out runs/history.png
 
-Each command is a thin shell over :mod:`hat.evolve`. Importing this module registers the
-``rule-reader`` simulator policy (:mod:`hat.evolve.policy`) for every ``hat`` command.
+Each command is a thin shell over :mod:`hat.evolve`, imported inside the command: :mod:`hat.evolve`
+imports the simulator (:mod:`hat.env`), which ``hat run``, ``hat harness`` and ``hat eval
+--episodes`` on another domain's harness never need. The commands that accept a simulator policy
+register ``rule-reader`` (:mod:`hat.evolve.policy`) when they run
+(:func:`hat.cli.common.simulator_policies`).
 """
 
 from __future__ import annotations
@@ -20,15 +23,16 @@ from __future__ import annotations
 import json
 import secrets
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 
 from hat.cli.common import DEFAULT_MODEL, ExitCode, fail
 from hat.errors import HatError
-from hat.evolve import Lineage, ProposalStore, Target, lineage_for
-from hat.evolve.diagnose import GROUP_KEYS, diagnose, load_eval_report, load_traces
+
+if TYPE_CHECKING:
+    from hat.evolve.lineage import Lineage
 
 app = typer.Typer(help="The harness evolution loop: diagnose → propose → review → gate.", no_args_is_help=True)
 out = Console()
@@ -43,6 +47,8 @@ def _line(text: str, console: Console = out) -> None:
 
 
 def _lineage(lineage: Path | None, harness: str | None, *, must_exist: bool = True) -> Lineage:
+    from hat.evolve.lineage import Lineage, lineage_for
+
     if lineage is None and harness is None:
         fail("give --lineage or --harness (the folder whose lineage to use)")
     try:
@@ -78,7 +84,9 @@ def diagnose_command(
     traces: Path | None = typer.Option(None, help="Traces JSONL to judge (with --episodes and --harness)."),
     episodes: Path | None = typer.Option(None, help="The episodes the traces ran (`hat sim episodes`)."),
     harness: str | None = typer.Option(None, help="Harness the traces ran under (with --traces)."),
-    by: str = typer.Option(",".join(GROUP_KEYS), help="Grouping keys, comma-separated (also: kind)."),
+    by: str | None = typer.Option(
+        None, help="Grouping keys, comma-separated (default: dimension,intent,part,tool,skill; also: kind)."
+    ),
     threshold: float = typer.Option(1.0, help="A dimension below this score is a failure."),
     examples: int = typer.Option(3, min=1, help="Representative traces per cluster."),
     text_backend: str = typer.Option("auto", help="auto | wordllama | tfidf (text of failure reasons)."),
@@ -87,6 +95,9 @@ def diagnose_command(
     as_json: bool = typer.Option(False, "--json", help="Print the diagnosis as JSON."),
 ) -> None:
     """Cluster failed episodes (dimension, intent, harness part, tool, skill), ranked by impact."""
+    from hat.evolve.diagnose import GROUP_KEYS, diagnose, load_eval_report, load_traces
+
+    by = ",".join(GROUP_KEYS) if by is None else by
     try:
         if eval_report is not None:
             judged, source = load_eval_report(eval_report)
@@ -161,7 +172,7 @@ def propose_command(
 ) -> None:
     """Propose validated edits for a failure cluster (rules; optionally an LLM; or an edited folder)."""
     from hat.evolve.gate import evaluate_proposal
-    from hat.evolve.propose import propose
+    from hat.evolve.propose import ProposalStore, propose
     from hat.harness.loader import load_harness
     from hat.models import load_model
 
@@ -242,7 +253,7 @@ def gate_command(
 ) -> None:
     """Paired evaluation of a version against its parent; promote or block, recorded in the lineage.
     Exit 0 when promoted, 1 when blocked."""
-    from hat.evolve.gate import gate
+    from hat.evolve.gate import Target, gate
 
     found = _lineage(lineage, harness)
     target = Target(target_intent, target_dimension) if target_intent else None

@@ -23,6 +23,7 @@ from hat.cli.common import (
     ExitCode,
     StepProgress,
     build_agent,
+    fail,
     note,
     status_exit,
 )
@@ -32,8 +33,10 @@ from hat.cli.evolve_cmd import app as evolve_app
 from hat.cli.harness_cmd import app as harness_app
 from hat.cli.train_cmd import datagen_command, datagen_general_command, train_app
 from hat.demo import demo_records, reply_record
+from hat.errors import HatError
 from hat.harness.runtime import Request
 from hat.harness.sinks import JSONLSink
+from hat.harness.state import Harness
 from hat.serve.bench import bench_app
 from hat.serve.cli import serve_command
 
@@ -57,6 +60,9 @@ app.add_typer(evolve_app, name="evolve")
 app.add_typer(compare_app, name="compare")
 err = Console(stderr=True)
 out = Console()
+
+LIVE_ROOM_LABELS = ("viewer", "avatar")
+"""``hat run``/``hat demo`` output labels in the live room (:func:`_labels`)."""
 
 MODEL_HELP = (
     "Model spec: smollm2-hat (SmolLM2 + HAT's HSA-SFT adapter) | smollm2 (base) | llamacpp:smollm2-hat | "
@@ -92,25 +98,70 @@ def _announce(record: dict[str, Any]) -> None:
         note(f"the comment was changed before the model saw it ({text})")
 
 
+CONTEXT_HELP = (
+    "The request's context, a JSON object (e.g. '{\"customer_id\": \"C-100\"}'): what the harness's prompt "
+    "blocks, hooks and tools read. The harness's context provider, if it names one, fills in the rest."
+)
+JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "true/false"}
+
+
+def _request_context(inline: str | None, path: Path | None) -> dict[str, Any]:
+    """``--context`` / ``--context-file`` as a dict; anything else exits 2 before the model loads."""
+    from hat.textio import read_json
+
+    if inline is not None and path is not None:
+        fail("give --context or --context-file, not both")
+    if path is not None:
+        where = f"--context-file {path}"
+        try:
+            value = read_json(path, what="context file")
+        except HatError as exc:
+            fail(exc)
+    elif inline is not None:
+        where = "--context"
+        try:
+            value = json.loads(inline)
+        except json.JSONDecodeError as exc:
+            fail(f"--context is not valid JSON ({exc.msg} at column {exc.colno}); give an object, e.g. '{{\"k\": 1}}'")
+    else:
+        return {}
+    if not isinstance(value, dict):
+        fail(f"{where} must be a JSON object ({{...}}), not {JSON_TYPES.get(type(value), 'null')}")
+    return value
+
+
+def _labels(harness: Harness) -> tuple[str, str]:
+    """Who speaks in ``hat run``'s output: the live room's ``viewer``/``avatar`` when the harness's
+    context comes from the live room (its context provider is in :mod:`hat.env`, as in the
+    ``livestream`` harness and its copies), else a neutral ``user``/``agent``."""
+    live_room = harness.context_provider.partition(":")[2].startswith("hat.env.")
+    return LIVE_ROOM_LABELS if live_room else ("user", "agent")
+
+
 @app.command(epilog=EXIT_CODES_HELP)
 def run(
-    comment: str = typer.Option(..., "--comment", "-c", help="The viewer comment to answer."),
+    comment: str = typer.Option(
+        ..., "--comment", "-c", "--message", help="The message to answer (in the live room: a viewer comment)."
+    ),
     harness: str = typer.Option(DEFAULT_HARNESS, help="Harness folder or built-in name."),
     model: str = typer.Option(DEFAULT_MODEL, help=MODEL_HELP),
+    context: str | None = typer.Option(None, "--context", help=CONTEXT_HELP),
+    context_file: Path | None = typer.Option(None, "--context-file", help="Read --context from this JSON file."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (reply, status, trace, ...)."),
     trace_out: Path | None = typer.Option(None, help="Append the trace to this JSONL file."),
 ) -> None:
-    """Answer one viewer comment. The exit code says how the request ended (see below)."""
+    """Answer one message. The exit code says how the request ended (see below)."""
+    request = Request.of(comment, context=_request_context(context, context_file))
     agent = build_agent(harness, model, sinks=[JSONLSink(trace_out)] if trace_out else [])
     try:
-        record = _with_status(reply_record(comment, agent.respond(Request.of(comment))))
+        record = _with_status(reply_record(comment, agent.respond(request)))
     finally:
         agent.close()
     _announce(record)
     if as_json:
         print(json.dumps(record, ensure_ascii=False))
     else:
-        _show(record)
+        _show(record, labels=_labels(agent.harness))
     raise typer.Exit(int(status_exit(record["status"])))
 
 
@@ -123,19 +174,20 @@ def _status_line(record: dict[str, Any]) -> str:
     )
 
 
-def _show(record: dict[str, Any], console: Console = out) -> None:
+def _show(record: dict[str, Any], console: Console = out, labels: tuple[str, str] = LIVE_ROOM_LABELS) -> None:
     def line(text: str, style: str = "") -> None:
         console.print(text, style=style, markup=False, highlight=False, soft_wrap=True)
 
+    asker, answerer = labels
     if record.get("host"):
         line(f"host: {record['host']}", "magenta")
     comment = record["comment"]
-    line(f"viewer: {comment[:300]}{f' … ({len(comment)} chars)' if len(comment) > 300 else ''}", "cyan")
+    line(f"{asker}: {comment[:300]}{f' … ({len(comment)} chars)' if len(comment) > 300 else ''}", "cyan")
     for call in record["tool_calls"]:
         line(f"  tool {call['name']}({json.dumps(call['arguments'], ensure_ascii=False)}) → {call['status']}", "yellow")
     if record["skills_loaded"]:
         line(f"  skills {', '.join(record['skills_loaded'])}", "blue")
-    line(f"avatar: {record['reply']}", "bold green")
+    line(f"{answerer}: {record['reply']}", "bold green")
     line(f"  {_status_line(record)}", "dim" if record["status"] == "ok" else "red")
 
 

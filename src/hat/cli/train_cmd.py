@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from hat.cli.common import StepProgress, check_text_or_exit, error_exit, stdout_to_stderr
+from hat.cli.common import StepProgress, check_text_or_exit, error_exit, simulator_policies, stdout_to_stderr
 from hat.errors import HatError
 
 err = Console(stderr=True)
@@ -66,6 +66,7 @@ def datagen_command(
     """Generate HSA-SFT data: teacher trajectories under production/HSA harnesses, judge-filtered."""
     from hat.train import DatagenConfig, generate_dataset
 
+    simulator_policies()  # a teacher may be any simulator policy (rule-reader too)
     check_text_or_exit(config, "datagen config")
     try:
         base = DatagenConfig.load(config) if config else DatagenConfig()

@@ -4,7 +4,7 @@ Why one module: the default ``livestream`` harness ships with a fixed catalog
 (``data/catalog.json``) so that it runs out of the box, but the simulator replaces it with a seeded,
 generated world. Every read of world data goes through :class:`Catalog` (tools reach it through
 ``catalog_for(context)``), so swapping the world means building another :class:`Catalog` with
-:meth:`Catalog.from_dict` and handing it over as ``context.catalog``; no tool changes.
+:meth:`Catalog.from_dict` and handing it over as ``context.resources["catalog"]``; no tool changes.
 
 Records stay plain dicts (they are JSON on disk and JSON in tool observations). The cached catalog
 is shared, so treat its records as read-only; :meth:`Catalog.new_room` hands out a private copy of
@@ -192,9 +192,9 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
 
 
 def catalog_for(context: Any = None) -> Catalog:
-    """The catalog a tool call should read: ``context.catalog`` when the caller (the simulator)
-    provides one, else the bundled default."""
-    catalog = getattr(context, "catalog", None)
+    """The catalog a tool call should read: ``context.resources["catalog"]`` when the caller (the
+    simulator) provides one, else the bundled default."""
+    catalog = (getattr(context, "resources", None) or {}).get("catalog")
     return catalog if isinstance(catalog, Catalog) else load_catalog()
 
 

@@ -19,15 +19,17 @@ MAX_FAQ = 2
 
 
 def livestream_context(request: Request) -> Request:
-    """Return ``request`` with room, product and FAQ filled where the caller left them empty."""
+    """Return ``request`` with its context's ``room``, ``product`` and ``faq`` filled where the
+    caller left them out (the livestream harness names this as its ``context_provider``)."""
     catalog = load_catalog()
-    room = dict(request.room) if request.room else catalog.new_room()
-    product = request.product or catalog.product(str(room.get("on_display", "")))
-    faq = request.faq
+    context = dict(request.context)
+    room = dict(context.get("room") or {}) or catalog.new_room()
+    product = context.get("product") or catalog.product(str(room.get("on_display", "")))
+    faq = context.get("faq")
     if not faq:
         try:
-            hits = search_faq(" ".join(request.comments))["results"][:MAX_FAQ]
+            hits = search_faq(" ".join(request.turns))["results"][:MAX_FAQ]
         except ValueError:  # nothing searchable in the comment (emoji, empty)
             hits = []
-        faq = tuple({"question": h["question"], "answer": h["answer"]} for h in hits)
-    return replace(request, room=room, product=product, faq=faq)
+        faq = [{"question": h["question"], "answer": h["answer"]} for h in hits]
+    return replace(request, context={**context, "room": room, "product": product, "faq": list(faq)})

@@ -54,11 +54,14 @@ __all__ = [
 
 
 class ToolContext(Protocol):
-    """What the runtime passes as ``context``: ``room`` (room_id, host, on_display, order,
-    turns_left, time_left_s, campaign) and ``state`` (per-request scratch, mutable)."""
+    """What the runtime passes as ``context`` (:class:`hat.harness.tools.ToolContext`): the request's
+    ``context`` with the live ``room`` (room_id, host, on_display, order, turns_left, time_left_s,
+    campaign), ``state`` (per-request scratch, mutable) and ``resources`` (the simulator's world
+    ``catalog`` and ``faults`` injector, when it runs the tools)."""
 
-    room: dict[str, Any]
+    context: dict[str, Any]
     state: dict[str, Any]
+    resources: dict[str, Any]
 
 
 _SIZE_WORDS = {"small": "s", "medium": "m", "large": "l", "extra large": "xl", "xlarge": "xl"}
@@ -86,7 +89,7 @@ def backend(fn: _Tool) -> _Tool:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> dict[str, Any]:
-        faults = getattr(kwargs.get("context"), "faults", None)
+        faults = (getattr(kwargs.get("context"), "resources", None) or {}).get("faults")
         if faults is not None and faults.before_call(function_id) == "empty":
             named = dict(zip(("query",), args, strict=False)) if function_id == "search_faq" else {}
             return empty_result(function_id, {**named, **kwargs})
@@ -96,10 +99,16 @@ def backend(fn: _Tool) -> _Tool:
 
 
 # -- shared helpers ---------------------------------------------------------------------------------
+def _room(context: ToolContext) -> dict[str, Any]:
+    """The live room of the request (the livestream context provider puts it in the context)."""
+    room = context.context.get("room")
+    return room if isinstance(room, dict) else {}
+
+
 def _on_display(context: ToolContext | None) -> str | None:
     if context is None:
         return None
-    return context.state.get("on_display") or context.room.get("on_display")
+    return context.state.get("on_display") or _room(context).get("on_display")
 
 
 def _resolve(product: str | None, context: ToolContext | None) -> dict[str, Any]:
@@ -254,7 +263,7 @@ def _step_in_order(product: str, catalog: Catalog, context: ToolContext | None) 
     words = [w for w in re.findall(r"[a-z]+", product.lower()) if w in _NEXT_WORDS]
     if not words:
         return None
-    room = context.room if context is not None else catalog.room
+    room = _room(context) if context is not None else catalog.room
     order: list[str] = list(room.get("order", []))
     word = words[0]
     if not order:
@@ -282,7 +291,7 @@ def switch_product_link(product: str, *, context: ToolContext | None = None) -> 
     previous = _on_display(context)
     if context is not None:
         context.state["on_display"] = item["id"]
-    order = list((context.room if context is not None else catalog.room).get("order", []))
+    order = list((_room(context) if context is not None else catalog.room).get("order", []))
     return {
         "on_display": item["id"],
         "name": item["name"],

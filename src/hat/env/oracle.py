@@ -27,6 +27,7 @@ from typing import Any
 
 from hat.env.episode import Episode, GoldCall
 from hat.env.world import world_catalog
+from hat.harness.grounding import Grounding, is_number, mentions_number
 from hat.harness.protocol import ToolCall, parse_output, render_reply, render_tool_call
 from hat.harness.state import Harness, Skill, ToolSpec
 from hat.models.base import Generation, GenerationConfig, Message
@@ -36,7 +37,6 @@ __all__ = ["OracleModel"]
 
 MAX_TOOL_RETRIES = 2
 _FREE_TEXT = {"search_faq": "query", "handoff_to_service": "reason"}  # any wording; gold leaves them None
-_NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)?")  # the same numbers GroundedClaimsHook checks
 _TOOL_RESPONSE = re.compile(r"<tool_response>(.*?)</tool_response>", re.S)
 _PLANS = (
     "A {topic} request. I'll load {skills} and check {tools}, then answer from the results.",
@@ -250,10 +250,9 @@ _LINES: dict[str, Callable[[dict[str, Any], _Compose], list[str]]] = {
 
 # -- writing the reply -------------------------------------------------------------------------------
 def _mentions(text: str, fact: str) -> bool:
-    """Whether ``text`` states ``fact``: a number as a whole token ("3" is not in "30"), else any case."""
-    if _NUMBER.fullmatch(fact.strip()):
-        return _norm(fact.strip()) in {_norm(n) for n in _NUMBER.findall(text)}
-    return fact.lower() in text.lower()
+    """Whether ``text`` states ``fact``: a number as a whole number, as the hook and the judges read
+    numbers ("3" is not in "30", "1299" is in "$1,299"), else any case."""
+    return mentions_number(text, fact) if is_number(fact) else fact.lower() in text.lower()
 
 
 def _has_fact(text: str, facts: Sequence[str]) -> bool:
@@ -288,7 +287,7 @@ def _core(ctx: _Compose) -> list[str]:
     observed = json.dumps([r for _, r in ctx.results], ensure_ascii=False)
     for fact in ctx.episode.gold.facts:
         # a bare number is stated only when a tool returned it: in the prompt it may be anything
-        where = observed if _NUMBER.fullmatch(fact.strip()) else ctx.state.grounding
+        where = observed if is_number(fact) else ctx.state.grounding
         if _mentions(" ".join(lines), fact) or not _mentions(where, fact):
             continue
         extra = next((s for src in sources if (s := _leaf_sentence(fact, src))), None)
@@ -327,15 +326,13 @@ def _allowed(sentence: str, ctx: _Compose) -> bool:
     lowered = sentence.lower()
     if any(b.lower() in lowered for b in ctx.banned) or any(p.search(sentence) for p in ctx.rules):
         return False
-    known = {_norm(n) for n in _NUMBER.findall(ctx.state.grounding)}
-    return all(_norm(n) in known for n in _NUMBER.findall(sentence))
+    return _grounded(sentence, ctx.state.grounding)
 
 
-def _norm(number: str) -> str:
-    try:
-        return f"{float(number.replace(',', '.')):g}"
-    except ValueError:
-        return number
+def _grounded(sentence: str, grounding: str) -> bool:
+    """Every number of ``sentence`` occurs in ``grounding`` (the prompt and the tool results): the
+    check the ``grounded_claims`` hook makes, so a reply the oracle writes is one it accepts."""
+    return not Grounding.of([grounding]).unsupported(sentence)
 
 
 def _body(ctx: _Compose) -> tuple[str, list[str], str]:

@@ -15,10 +15,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from hat.env.episode import Episode
-from hat.env.oracle import _NUMBER, OracleModel, _norm, _num, _Policy
+from hat.env.oracle import OracleModel, _Policy
 from hat.env.world import world_catalog
 from hat.errors import ModelSpecError
-from hat.harness.claims import norm_number, numbers_in, room_numbers
+from hat.harness.grounding import find_numbers, norm_value, numbers_in
+from hat.harness.hooks import context_numbers
 from hat.harness.loader import load_harness
 from hat.harness.protocol import ToolCall, render_tool_call
 from hat.harness.state import Harness
@@ -76,16 +77,14 @@ class InventPricesPolicy(_Policy):
     def output(self, messages: Sequence[Message]) -> str:
         rng = self.rng(sum(m.get("role") == "assistant" for m in messages))
         product = self.on_display() or {}
-        real = {_norm(_num(product.get(k))) for k in ("price", "promo_price") if product.get(k) is not None}
+        real = {norm_value(product.get(k)) for k in ("price", "promo_price")}
         prompt = str(messages[0].get("content", "")) if messages else ""
         room = {**world_catalog(self.episode.world_seed).new_room(), **self.episode.room}  # as the request's
-        grounded = Counter(numbers_in(prompt)) - room_numbers(self.harness, room)
-        numbers = [
-            n for n in dict.fromkeys(_NUMBER.findall(prompt)) if not n.startswith("0") and norm_number(n) in grounded
-        ]
-        prices = [n for n in numbers if 5 <= float(n.replace(",", ".")) <= 500 and _norm(n) not in real]
+        grounded = Counter(numbers_in(prompt)) - context_numbers(self.harness, {"room": room})
+        found = {n.text: n.value for n in find_numbers(prompt) if not n.text.startswith("0") and n.value in grounded}
+        prices = [n for n, value in found.items() if 5 <= float(value) <= 500 and value not in real]
         price = rng.choice(prices) if prices else "9.99"
-        percents = [n for n in numbers if n.isdigit() and 5 <= int(n) <= 90 and n != price]
+        percents = [n for n in found if n.isdigit() and 5 <= int(n) <= 90 and n != price]
         if not percents:  # no number to borrow for a discount: invent the price alone
             return self.reply(f"Today only: {product.get('name', 'this one')} is just ${price}!")
         return self.reply(
@@ -135,12 +134,13 @@ def policy_model(name: str, episode: Episode, harness: Harness, seed: int = 0) -
     return cls(episode, harness, seed=seed)
 
 
-def _from_spec(argument: str, *, name: str = "", **kw: Any) -> _Policy:
-    """``load_model("oracle" | "policy:<name>", episode=..., harness=..., seed=...)``."""
+def model_from_spec(argument: str, *, name: str = "", **kw: Any) -> _Policy:
+    """``load_model("oracle" | "policy:<name>", episode=..., harness=..., seed=...)`` (found through
+    the ``hat.models`` entry points of ``pyproject.toml``, so it works without importing this module)."""
     if "episode" not in kw or "harness" not in kw:
         raise ModelSpecError(f"model spec {name or 'oracle'!r} is simulator-only: pass episode= and harness=")
     return policy_model(argument or "oracle", kw["episode"], kw["harness"], seed=int(kw.get("seed", 0)))
 
 
-register_model_spec("oracle", _from_spec, takes_argument=False, replace=True)
-register_model_spec("policy", _from_spec, usage="policy:<name>", replace=True)
+register_model_spec("oracle", model_from_spec, takes_argument=False, replace=True)
+register_model_spec("policy", model_from_spec, usage="policy:<name>", replace=True)

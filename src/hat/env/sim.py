@@ -33,7 +33,7 @@ def retrieve_faq(
 ) -> tuple[dict[str, Any], ...]:
     """Up to :data:`~hat.env.context.MAX_FAQ` FAQ entries for the comments (no fault injection: this
     is the prompt's retrieval step, not a tool call the model made)."""
-    context = ToolContext(room=room, resources={"catalog": catalog})
+    context = ToolContext(context={"room": room}, resources={"catalog": catalog})
     try:
         hits = search_faq(" ".join(comments), context=context)["results"][:MAX_FAQ]
     except ValueError:  # nothing searchable (emoji only)
@@ -49,13 +49,11 @@ def episode_request(episode: Episode) -> Request:
     room = {**catalog.new_room(), **dict(episode.room)}
     product = catalog.product(str(room.get("on_display") or ""))
     return Request(
-        comments=tuple(episode.comments),
-        room=room,
-        product=product,
-        faq=retrieve_faq(episode.comments, catalog, room),
+        turns=tuple(episode.comments),
+        context={"room": room, "product": product, "faq": list(retrieve_faq(episode.comments, catalog, room))},
         history=tuple(dict(m) for m in episode.history),
         request_id=episode.episode_id,
-        mode=episode.mode,
+        mode="multi" if episode.mode == "multi" else "single",
         resources={"catalog": catalog, "faults": FaultInjector(episode.faults, episode.episode_id)},
     )
 
@@ -67,10 +65,11 @@ def sim_context_provider(request: Request) -> Request:
     catalog = request.resources.get("catalog")
     if not isinstance(catalog, Catalog):
         catalog = world_catalog(-1)
-    room = dict(request.room) if request.room else catalog.new_room()
-    product = request.product or catalog.product(str(room.get("on_display") or ""))
-    faq = request.faq or retrieve_faq(request.comments, catalog, room)
-    return replace(request, room=room, product=product, faq=faq)
+    context = dict(request.context)
+    room = dict(context.get("room") or {}) or catalog.new_room()
+    product = context.get("product") or catalog.product(str(room.get("on_display") or ""))
+    faq = context.get("faq") or list(retrieve_faq(request.turns, catalog, room))
+    return replace(request, context={**context, "room": room, "product": product, "faq": list(faq)})
 
 
 def run_episode(agent: Agent, episode: Episode) -> Trace:

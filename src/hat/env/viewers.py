@@ -127,7 +127,7 @@ def gold_results(episode: Episode, catalog: Catalog | None = None) -> list[_Rec]
     ``None`` arguments are omitted, except free-text ones, which get the joined comments."""
     catalog = catalog or world_catalog(episode.world_seed)
     room = copy.deepcopy(episode.room)
-    context = ToolContext(request_id=episode.episode_id, room=room, resources={"catalog": catalog})
+    context = ToolContext(request_id=episode.episode_id, context={"room": room}, resources={"catalog": catalog})
     text = " ".join(episode.comments)
     return [_invoke(call, context, text) for call in episode.gold.tool_calls]
 
@@ -147,7 +147,7 @@ class _Scene:
         return self.catalog.product(self.room["on_display"]) or {}
 
     def call(self, function_id: str, arguments: _Rec) -> _Rec:
-        context = ToolContext(room=copy.deepcopy(self.room), resources={"catalog": self.catalog})
+        context = ToolContext(context={"room": copy.deepcopy(self.room)}, resources={"catalog": self.catalog})
         return _invoke(GoldCall(function_id, arguments), context, "")
 
     def say(self, template: str, **slots: str) -> str:

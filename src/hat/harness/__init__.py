@@ -1,9 +1,16 @@
 """The evolvable harness: state, loading/validation, prompt pipeline, hooks, tools, runtime, trace."""
 
 from hat.harness.hooks import BUILTIN_HOOKS, Hook, HookContext, Verdict
-from hat.harness.loader import load_harness, resolve_harness_path, save_harness, validate_harness
+from hat.harness.loader import (
+    load_context_provider,
+    load_harness,
+    resolve_harness_path,
+    save_harness,
+    validate_harness,
+)
 from hat.harness.pipeline import RenderedPrompt, render_prompt, template_context
 from hat.harness.protocol import ParsedOutput, ToolCall, parse_output
+from hat.harness.pytools import Tool, spec_of, tool, tool_yaml, with_tools
 from hat.harness.runtime import Agent, Request, Response
 from hat.harness.sinks import CallbackSink, ConsoleSink, JSONLSink, Sink
 from hat.harness.state import (
@@ -42,6 +49,7 @@ __all__ = [
     "Round",
     "Sink",
     "Skill",
+    "Tool",
     "ToolCall",
     "ToolCallRecord",
     "ToolContext",
@@ -51,13 +59,18 @@ __all__ = [
     "Trace",
     "Verdict",
     "diff_harness",
+    "load_context_provider",
     "load_harness",
     "parse_output",
     "read_traces",
     "render_prompt",
     "resolve_harness_path",
     "save_harness",
+    "spec_of",
     "template_context",
+    "tool",
+    "tool_yaml",
     "validate_harness",
+    "with_tools",
     "write_traces",
 ]

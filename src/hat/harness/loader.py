@@ -35,7 +35,7 @@ lines the harness would run) for ``hat harness validate``, which fails on them w
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from hat.errors import HarnessError, HarnessValidationError, Problem
-from hat.harness.pipeline import SAMPLE_PRODUCT, SAMPLE_ROOM, dry_render, sample_context
+from hat.harness.pipeline import dry_render, sample_context
 from hat.harness.state import Harness, HookSpec, Limits, OutputFormat, PromptBlock, Skill, ToolSpec
 from hat.harness.static_check import check_mcp_server, escaping_paths, is_denied_module, tool_references
 
@@ -54,6 +54,7 @@ __all__ = [
     "BUILTIN_HARNESSES",
     "HarnessCheck",
     "check_harness",
+    "load_context_provider",
     "load_harness",
     "resolve_harness_path",
     "save_harness",
@@ -75,8 +76,13 @@ HARNESS_KEYS = {
     "settings",
     "order",
     "trusted_modules",
+    "input_block",
+    "context_provider",
+    "sample_context",
 }
-BUILTIN_HARNESSES = ("livestream",)
+HARNESSES_DIR = Path(__file__).resolve().parent.parent / "harnesses"
+BUILTIN_HARNESSES = tuple(sorted(p.name for p in HARNESSES_DIR.iterdir() if (p / "harness.yaml").is_file()))
+"""Harnesses shipped in the package (``hat/harnesses/<name>/``), loadable by name."""
 
 
 def resolve_harness_path(ref: str | Path) -> Path:
@@ -85,7 +91,7 @@ def resolve_harness_path(ref: str | Path) -> Path:
     if path.is_dir():
         return path
     if str(ref) in BUILTIN_HARNESSES:
-        return Path(__file__).resolve().parent.parent / "harnesses" / str(ref)
+        return HARNESSES_DIR / str(ref)
     raise HarnessError(
         f"no harness folder {str(ref)!r} and no built-in harness of that name; "
         f"give a folder with a harness.yaml or one of: {', '.join(BUILTIN_HARNESSES)}"
@@ -289,6 +295,14 @@ def _as_mapping(doc: _Doc, key: str, rel: str, problems: list[Problem]) -> dict[
     return value
 
 
+def _as_str(doc: _Doc, key: str, rel: str, problems: list[Problem]) -> str:
+    value = doc.data.get(key) or ""
+    if not isinstance(value, str):
+        problems.append(Problem(rel, f"'{key}' must be a string", doc.line(key)))
+        return ""
+    return value
+
+
 def _load_limits(doc: _Doc, rel: str, problems: list[Problem]) -> Limits:
     raw = _as_mapping(doc, "limits", rel, problems)
     known = Limits().to_dict()
@@ -378,6 +392,7 @@ def _cross_check(
 ) -> None:
     """Checks that need more than one file: names unique, references resolve, bindings exist."""
     _check_pipeline(harness, doc, rel, root, problems)
+    _check_request_io(harness, doc, rel, problems)
     _check_tools(harness, doc, rel, root, problems)
     _check_hooks(harness, doc, rel, problems, warnings)
     _check_mcp_servers(harness, doc, rel, problems)
@@ -395,6 +410,27 @@ def _check_pipeline(harness: Harness, doc: _Doc, rel: str, root: Path, problems:
                 rel, f"pipeline block {block_id!r} does not exist (no prompts/{block_id}.md)", doc.line("pipeline", i)
             )
         )
+
+
+def _check_request_io(harness: Harness, doc: _Doc, rel: str, problems: list[Problem]) -> None:
+    """The input block exists and is not also rendered into the system prompt; the context provider
+    is a ``python:`` binding the binding policy allows (it runs on every request, like a tool)."""
+    from hat.harness.tools import check_binding  # local: tools imports the runtime's types
+
+    if harness.input_block:
+        if harness.block(harness.input_block) is None:
+            message = f"input_block {harness.input_block!r} does not exist (no prompts/{harness.input_block}.md)"
+            problems.append(Problem(rel, message, doc.line("input_block")))
+        elif harness.input_block in harness.pipeline:
+            message = f"input_block {harness.input_block!r} renders the user message; remove it from the pipeline"
+            problems.append(Problem(rel, message, doc.line("input_block")))
+    binding = harness.context_provider
+    if binding:
+        error: str | None = "context_provider must be a python:module:function binding"
+        if binding.startswith("python:"):
+            error = check_binding(binding, {}, root=harness.root, trusted=harness.trusted_modules)
+        if error:
+            problems.append(Problem(rel, f"context_provider: {error}", doc.line("context_provider")))
 
 
 def _check_tools(harness: Harness, doc: _Doc, rel: str, root: Path, problems: list[Problem]) -> None:
@@ -483,7 +519,8 @@ def _check_references(
     for block in harness.blocks:
         if block.id in rendered:
             texts.append((f"prompts/{block.id}.md", rendered[block.id], block.template))
-    keys = [*sample_context(harness), *SAMPLE_ROOM, *SAMPLE_PRODUCT]
+    sample = dict(harness.sample_context)
+    keys = [*sample_context(harness), *(k for v in sample.values() if isinstance(v, Mapping) for k in v)]
     for ref in tool_references(harness, texts, keys):
         (problems if ref.error else warnings).append(Problem(ref.file, ref.message, ref.line))
 
@@ -559,6 +596,9 @@ def _load_parts(root: Path, problems: list[Problem], warnings: list[Problem] | N
         settings=_as_mapping(doc, "settings", rel, problems),
         hooks_source=hooks_source,
         trusted_modules=_load_trusted(doc, rel, problems),
+        input_block=_as_str(doc, "input_block", rel, problems),
+        context_provider=_as_str(doc, "context_provider", rel, problems),
+        sample_context=_as_mapping(doc, "sample_context", rel, problems),
         root=str(root.resolve()),
     )
     _cross_check(harness, doc, rel, root, problems, warnings if warnings is not None else [])
@@ -625,6 +665,18 @@ def load_harness(ref: str | Path) -> Harness:
     return harness
 
 
+def load_context_provider(harness: Harness) -> Callable[[Any], Any] | None:
+    """The harness's ``context_provider`` binding imported (it runs the module's code: call this
+    when the harness is put to work, as for tools), or None when the harness names none. ``hat
+    run`` and ``hat serve`` apply it to every request; the Python API takes it as
+    ``Agent(..., context_provider=...)``."""
+    if not harness.context_provider:
+        return None
+    from hat.harness.tools import _import_python  # local: tools imports the runtime's types
+
+    return _import_python(harness.context_provider, harness.root)
+
+
 # -- save ------------------------------------------------------------------------------------------
 def _dump(data: Any) -> str:
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
@@ -644,8 +696,9 @@ def save_harness(harness: Harness, folder: str | Path, overwrite: bool = False) 
     d = harness.to_dict()
     head = {k: d[k] for k in ("name", "version", "description", "pipeline", "limits", "output", "hooks")}
     head["mcp_servers"], head["settings"] = d["mcp_servers"], d["settings"]
-    if harness.trusted_modules:
-        head["trusted_modules"] = list(harness.trusted_modules)
+    for key in ("trusted_modules", "input_block", "context_provider", "sample_context"):
+        if d.get(key):
+            head[key] = d[key]
     order = {}
     for key, items in (("skills", harness.skills), ("tools", harness.tools)):
         names = [i.name for i in items]

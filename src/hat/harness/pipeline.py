@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +38,7 @@ from hat.errors import HarnessError
 from hat.harness.state import Harness, sha256_text
 
 __all__ = [
+    "HARNESS_VARIABLES",
     "MAX_TEMPLATE_CHARS",
     "BlockCheck",
     "BoundedSandbox",
@@ -45,6 +46,7 @@ __all__ = [
     "RenderedPrompt",
     "dry_render",
     "render_prompt",
+    "render_user_message",
     "sample_context",
     "template_context",
 ]
@@ -240,7 +242,7 @@ def _check_repeat(seq: Any, times: Any) -> None:
         if len(seq) * times > MAX_TEMPLATE_CHARS:
             raise _too_big("the repeated value", len(seq) * times)
     elif isinstance(seq, int) and isinstance(times, int) and seq.bit_length() + times.bit_length() > _MAX_INT_BITS:
-        raise SecurityError("the product is too large for a template")
+        raise SecurityError("the multiplication's result is too large for a template")
 
 
 _ENV = BoundedSandbox(undefined=jinja2.ChainableUndefined, trim_blocks=True, lstrip_blocks=True)
@@ -273,14 +275,28 @@ class RenderedPrompt:
         return {b.id: b.hash[:16] for b in self.blocks}
 
 
-def template_context(
-    harness: Harness,
-    room: dict[str, Any] | None = None,
-    product: dict[str, Any] | None = None,
-    faq: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    """The variables every block template can use (documented in the README)."""
+#: Template variables the harness provides; a request's context cannot override them (a caller must
+#: not be able to replace the harness's rules or tool list by sending ``{"settings": ...}``).
+HARNESS_VARIABLES = (
+    "harness",
+    "limits",
+    "settings",
+    "skills",
+    "tools",
+    "tool_signatures_json",
+    "skill_tool",
+    "reply_field",
+    "context",
+)
+
+
+def template_context(harness: Harness, context: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The variables every block template can use: the harness's own (:data:`HARNESS_VARIABLES`)
+    and each key of the request's ``context`` as a top-level variable (also reachable as
+    ``context``); where names collide the harness's win."""
+    context = dict(context or {})
     return {
+        **context,
         "harness": harness,
         "limits": harness.limits,
         "settings": dict(harness.settings),
@@ -289,9 +305,7 @@ def template_context(
         "tool_signatures_json": [json.dumps(t.signature(), ensure_ascii=False) for t in harness.tools],
         "skill_tool": harness.output.skill_tool,
         "reply_field": harness.output.reply_field,
-        "room": room or {},
-        "product": product,
-        "faq": faq or [],
+        "context": context,
     }
 
 
@@ -310,51 +324,37 @@ def render_prompt(harness: Harness, variables: dict[str, Any]) -> RenderedPrompt
     return RenderedPrompt(tuple(rendered))
 
 
+def render_user_message(harness: Harness, turns: Sequence[str], mode: str, context: Mapping[str, Any]) -> str:
+    """The user message for ``turns``: the harness's input block
+    (:attr:`~hat.harness.state.Harness.input_block`) rendered with ``turns``, ``mode`` and the
+    template context, or without one the single turn / the turns as a numbered list. Not stripped:
+    a turn's own text reaches the model as sent (callers neutralise markup first)."""
+    block = harness.block(harness.input_block) if harness.input_block else None
+    if block is None:
+        if len(turns) == 1:
+            return turns[0]
+        return "\n".join(f"{i}. {t}" for i, t in enumerate(turns, 1))
+    variables = {**template_context(harness, context), "turns": list(turns), "mode": mode}
+    try:
+        return _compile(block.template).render(**variables)
+    except Exception as exc:
+        raise HarnessError(f"input block {block.id!r} failed to render: {type(exc).__name__}: {exc}") from exc
+
+
 # -- dry render (validation) -----------------------------------------------------------------------
-# A room, product and FAQ shaped like the ones the runtime passes (the simulator's catalog and a
-# served request use these keys); the values are neutral, so nothing here is grounding for a reply.
-SAMPLE_ROOM: Mapping[str, Any] = {
-    "room_id": "sample-room",
-    "host": "Sam",
-    "on_display": "p-sample-1",
-    "order": ["p-sample-1", "p-sample-2"],
-    "turns_left": 5,
-    "time_left_s": 600,
-    "campaign": "sample campaign",
-}
-SAMPLE_PRODUCT: Mapping[str, Any] = {
-    "id": "p-sample-1",
-    "name": "Sample Jacket",
-    "brand": "Sample Brand",
-    "category": "apparel",
-    "aliases": ["jacket"],
-    "price": 10.0,
-    "promo_price": 8.0,
-    "stock": [{"color": "blue", "size": "M", "qty": 1}],
-    "specs": {"colors": ["blue"], "sizes": ["M"], "material": "cotton"},
-    "shipping": {"ships_in_days": 2, "fee": 1.0, "free_over": 20, "regions": ["US"]},
-    "return_policy": "returns within 30 days",
-}
-SAMPLE_FAQ: tuple[Mapping[str, Any], ...] = ({"question": "How long is shipping?", "answer": "About 2 days."},)
-
-
 def sample_context(harness: Harness, *, bare: bool = False) -> dict[str, Any]:
-    """The variables a dry render uses: a full room, product and FAQ, or (``bare``) none of them,
-    as a request without a product on display gets."""
+    """The variables a dry render uses: the harness's own :attr:`~hat.harness.state.Harness.sample_context`
+    (a request context shaped like the real ones, from ``sample_context.yaml``), or (``bare``) an
+    empty context, as a request that carries none gets."""
     if bare:
         return template_context(harness)
-    return template_context(
-        harness,
-        room=json.loads(json.dumps(SAMPLE_ROOM)),
-        product=json.loads(json.dumps(SAMPLE_PRODUCT)),
-        faq=[dict(f) for f in SAMPLE_FAQ],
-    )
+    return template_context(harness, json.loads(json.dumps(dict(harness.sample_context), default=str)))
 
 
 @dataclass(frozen=True)
 class BlockCheck:
     """A block's dry render: ``text`` with the full sample (None when that failed, ``error`` says
-    why); ``warning`` when it renders with the full sample but fails without room/product/FAQ."""
+    why); ``warning`` when it renders with the full sample but fails with an empty context."""
 
     block_id: str
     text: str | None
@@ -387,10 +387,10 @@ def dry_render(harness: Harness) -> list[BlockCheck]:
         text, error, line = _try_render(block.template, full)
         if text is None:
             checks.append(
-                BlockCheck(block.id, None, f"fails to render with a sample room and product: {error}", "", line)
+                BlockCheck(block.id, None, f"fails to render with the harness's sample context: {error}", "", line)
             )
             continue
         _, bare_error, bare_line = _try_render(block.template, bare)
-        warning = f"fails to render when a request has no room, product or FAQ: {bare_error}" if bare_error else ""
+        warning = f"fails to render when a request has no context: {bare_error}" if bare_error else ""
         checks.append(BlockCheck(block.id, text, "", warning, bare_line))
     return checks

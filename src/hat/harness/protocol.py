@@ -16,18 +16,18 @@ Compact models get this wrong often, so :func:`parse_output` is lenient where in
 commas, code fences) and otherwise returns an ``error`` string written *for the model*: it becomes
 the next round's feedback. Parsing never raises.
 
-Comments are data. Viewer text reaches the model inside this same text protocol, so two defences
+Comments are data. User text reaches the model inside this same text protocol, so two defences
 live here, next to the tags they protect:
 
 - :func:`neutralise_markup` rewrites protocol tags (``<tool_call>``, ``<reply>``, ``<think>``) and
   chat-template special-token text (``<|im_start|>``, ``<|eot_id|>``, ``</s>``, ``[INST]`` ...) in
   user text so they are neither parsed as protocol nor tokenised as special tokens: the angle (and
   square) brackets become look-alike quotation marks (``‹tool_call›``). Visible, so the model can
-  still read what the viewer wrote; NFKC leaves them alone, so no tokenizer normaliser folds them
+  still read what the user wrote; NFKC leaves them alone, so no tokenizer normaliser folds them
   back.
 - :func:`quoted_actions` / :func:`echoed_action`: every tool call and reply that user text *spells
   out* (with real or neutralised tags, or as bare JSON) gets a normalised key; the runtime refuses
-  to run a call or send a reply whose key is among them, because that text came from the viewer.
+  to run a call or send a reply whose key is among them, because that text came from the user.
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from hat.harness.types import OutputKind
 
 __all__ = [
     "PROTOCOL_TAGS",
@@ -84,7 +86,7 @@ class ToolCall:
 class ParsedOutput:
     """``kind`` is ``tool_calls``, ``reply`` or ``invalid`` (then ``error`` is feedback for the model)."""
 
-    kind: str
+    kind: OutputKind
     reasoning: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     reply: dict[str, Any] | None = None
@@ -199,7 +201,7 @@ def neutralise_markup(text: str) -> str:
 
 
 def _fold(text: str) -> str:
-    """Normal form for comparing text written by a viewer with text produced by the model:
+    """Normal form for comparing text written by a user with text produced by the model:
     NFKC, look-alike brackets mapped back, invisible format characters dropped, case folded,
     special-token text dropped (as the parser drops it), whitespace folded."""
     text = unicodedata.normalize("NFKC", text).translate(_UNBREAK)
@@ -279,7 +281,7 @@ def _keys_in(text: str, reply_field: str) -> set[str]:
 
 
 def quoted_actions(texts: Iterable[str], reply_field: str = "reply") -> frozenset[str]:
-    """Keys of every tool call and reply spelled out in ``texts`` (viewer comments, earlier user
+    """Keys of every tool call and reply spelled out in ``texts`` (user turns, earlier user
     turns): inside protocol tags (real, neutralised or look-alike) or as bare JSON objects."""
     keys: set[str] = set()
     for text in texts:

@@ -176,6 +176,13 @@ class Harness:
     hooks may read (e.g. boundary rules). ``trusted_modules`` lists the Python packages outside
     ``hat`` and the harness folder that its ``python:`` bindings and hooks may use (see
     :mod:`hat.harness.static_check`). ``root`` records where it was loaded from; not hashed.
+
+    How requests reach the model: ``input_block`` names the block (not in the pipeline) that
+    renders the user message from ``turns`` and ``mode`` (none: the turn itself, or the turns as a
+    numbered list); ``context_provider`` is a ``python:module:function`` binding that fills a
+    request's context before it runs (a catalog lookup, a CRM record), applied by ``hat run`` and
+    ``hat serve``; ``sample_context`` is a request context shaped like the real ones, used to
+    dry-render the templates at validation.
     """
 
     name: str
@@ -192,6 +199,9 @@ class Harness:
     settings: Mapping[str, Any] = field(default_factory=dict)
     hooks_source: str = ""
     trusted_modules: tuple[str, ...] = ()
+    input_block: str = ""
+    context_provider: str = ""
+    sample_context: Mapping[str, Any] = field(default_factory=dict)
     root: str | None = field(default=None, compare=False)
 
     # -- lookup ---------------------------------------------------------------------------------
@@ -228,6 +238,9 @@ class Harness:
             "hooks_source": self.hooks_source,
             # only when set, so the hash of every harness without it stays what it was
             **({"trusted_modules": list(self.trusted_modules)} if self.trusted_modules else {}),
+            **({"input_block": self.input_block} if self.input_block else {}),
+            **({"context_provider": self.context_provider} if self.context_provider else {}),
+            **({"sample_context": dict(self.sample_context)} if self.sample_context else {}),
         }
 
     def content_hash(self) -> str:

@@ -13,6 +13,12 @@ The binding policy (tools ``python:module:function`` and hooks ``python:module:C
 - a target may live in the ``hat`` package, in a module that resolves inside the harness folder,
   or in a module the harness lists under ``trusted_modules:`` in ``harness.yaml`` (a name trusts
   that module and its submodules);
+- a top-level module name that is a file (``<name>.py``) or a package (``<name>/__init__.py``) in
+  the harness folder resolves *there* first, without ``PYTHONPATH`` (:func:`local_module_path`):
+  the folder is what the harness ships with, and a module of the same name elsewhere on
+  ``sys.path`` must not stand in for it. At run time such a module is loaded from its file under a
+  name private to its folder (:func:`hat.harness.tools.import_harness_module`), so two harness
+  folders with a ``tools_impl.py`` each do not share one module;
 - the standard library is always refused, listed or not: ``os:system``, ``subprocess:run``,
   ``builtins:eval`` and their like would let a harness file run any command; a re-export of such a
   function (``from os import system`` in an allowed module) is refused too; private names
@@ -58,6 +64,7 @@ __all__ = [
     "escaping_paths",
     "find_module_spec",
     "is_denied_module",
+    "local_module_path",
     "tool_references",
 ]
 
@@ -80,15 +87,38 @@ def _denied_message(what: str, module: str) -> str:
 
 
 # -- locating modules without importing them ---------------------------------------------------
-def find_module_spec(name: str) -> importlib.machinery.ModuleSpec | None:
+def local_module_path(name: str, root: str | os.PathLike[str] | None) -> Path | None:
+    """The file of ``name``'s top-level module in the harness folder ``root``: ``<root>/<top>/__init__.py``
+    (a package, which wins as it does on ``sys.path``) or ``<root>/<top>.py``; None when the folder
+    has neither (or ``root`` is None). Only looks at files; nothing is imported."""
+    top = name.split(".")[0]
+    if not root or not top.isidentifier():
+        return None
+    base = Path(root)
+    for path in (base / top / "__init__.py", base / f"{top}.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def _local_spec(top: str, path: Path) -> importlib.machinery.ModuleSpec | None:
+    """A spec for a module of the harness folder: built from the file's location, nothing runs."""
+    package = [str(path.parent)] if path.name == "__init__.py" else None
+    return importlib.util.spec_from_file_location(top, path, submodule_search_locations=package)
+
+
+def find_module_spec(name: str, root: str | os.PathLike[str] | None = None) -> importlib.machinery.ModuleSpec | None:
     """The spec of module ``name``, found by the finders alone: unlike ``importlib.util.find_spec``
-    on a dotted name, no parent package is imported (its ``__init__`` would run)."""
-    spec: importlib.machinery.ModuleSpec | None = None
+    on a dotted name, no parent package is imported (its ``__init__`` would run). With ``root``
+    (the harness folder), a top-level module in that folder wins over ``sys.path``
+    (:func:`local_module_path`)."""
     parts = name.split(".")
-    for i in range(len(parts)):
+    local = local_module_path(name, root)
+    spec = _local_spec(parts[0], local) if local is not None else None
+    for i in range(1 if local is not None else 0, len(parts)):
         sub = ".".join(parts[: i + 1])
         try:
-            if sub in sys.modules:
+            if local is None and sub in sys.modules:  # a local module's name may mean another module here
                 spec = getattr(sys.modules[sub], "__spec__", None)
             elif i == 0:
                 spec = importlib.util.find_spec(sub)  # a top-level name: finders only, nothing runs
@@ -224,7 +254,7 @@ def check_python_target(
         return _denied_message(what, module)
     if attr.startswith("_"):
         return f"{what} names the private attribute {attr!r}; bind to a public function or class"
-    spec = find_module_spec(module)
+    spec = find_module_spec(module, root)
     if spec is None:
         return f"{what} cannot be imported: no module named {module!r}"
     if not (module.split(".")[0] == "hat" or _trusted(module, trusted) or _inside(spec.origin, root)):

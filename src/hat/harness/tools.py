@@ -2,7 +2,7 @@
 an observation.
 
 Bindings: ``python:package.module:function`` (called in a worker thread; the function may take a
-keyword-only ``context`` argument to see the room and per-request state) and ``mcp:server/tool``
+keyword-only ``context`` argument to see the request's context and per-request state) and ``mcp:server/tool``
 (through :class:`~hat.harness.mcp_client.MCPServerPool`, the official ``mcp`` SDK).
 
 Why exceptions never escape :meth:`ToolRegistry.call`: in a live room a broken backend must not
@@ -26,19 +26,24 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import copy
+import hashlib
 import importlib
+import importlib.util
 import inspect
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
-
-from jsonschema import Draft202012Validator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 from hat.errors import ToolBindingError
 from hat.harness.state import Harness, ToolSpec
-from hat.harness.static_check import check_python_target, is_denied_module
+from hat.harness.static_check import check_python_target, is_denied_module, local_module_path
+from hat.harness.types import Outcome, ToolStatus
 
 __all__ = [
     "DEFAULT_MAX_CONCURRENCY",
@@ -47,33 +52,25 @@ __all__ = [
     "ToolResult",
     "canonical_arguments",
     "check_binding",
+    "import_harness_module",
     "strict_schema",
 ]
 
 DEFAULT_MAX_CONCURRENCY = 8
 """Workers per tool unless its ``metadata.max_concurrency`` or the registry says otherwise."""
 
-Outcome = Literal["", "not_started", "unknown"]
-
 
 @dataclass
 class ToolContext:
-    """Passed to Python tools that accept ``context``: the room state, per-request scratch, and
-    ``resources`` the caller supplies per request (the simulator puts its world's ``catalog`` and
-    a ``faults`` injector there; production code may put a DB client)."""
+    """Passed to Python tools that accept ``context``: the request's ``context`` mapping (a tool may
+    update it, e.g. what is on display; the trace records the result), per-request scratch
+    ``state``, and ``resources`` the caller supplies per request (a database client; a simulator
+    world)."""
 
     request_id: str = ""
-    room: dict[str, Any] = field(default_factory=dict)
+    context: dict[str, Any] = field(default_factory=dict)
     state: dict[str, Any] = field(default_factory=dict)
     resources: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def catalog(self) -> Any:
-        return self.resources.get("catalog")
-
-    @property
-    def faults(self) -> Any:
-        return self.resources.get("faults")
 
 
 @dataclass(frozen=True)
@@ -83,7 +80,7 @@ class ToolResult:
     ``outcome`` is set for a call abandoned at its timeout: ``not_started`` (cancelled while it
     waited for a worker; it never ran) or ``unknown`` (it was running and may still take effect)."""
 
-    status: str
+    status: ToolStatus
     result: Any = None
     error: str = ""
     latency_ms: float = 0.0
@@ -97,9 +94,58 @@ class ToolResult:
         return self.result if self.ok else {"error": self.error}
 
 
-def _import_python(binding: str) -> Callable[..., Any]:
+_LOCAL_LOCK = threading.RLock()
+
+
+def _local_module_key(top: str, path: Path) -> str:
+    """The ``sys.modules`` name of a harness folder's module: private to its file's location and
+    content, so two folders' ``tools_impl.py`` never meet, and an edited file (a reloaded harness)
+    is loaded afresh instead of answered from the cache. A package is keyed by its ``__init__.py``."""
+    digest = hashlib.sha256(str(path.resolve()).encode("utf-8") + b"\0" + path.read_bytes()).hexdigest()[:16]
+    return f"hat_harness_{digest}_{top}"
+
+
+def _load_local_module(key: str, path: Path) -> ModuleType:
+    """Run the module at ``path`` as ``key`` (registered first, as an import does, so dataclasses and
+    its own submodules find it); a failure in its code is an ImportError naming the file."""
+    package = [str(path.parent)] if path.name == "__init__.py" else None
+    spec = importlib.util.spec_from_file_location(key, path, submodule_search_locations=package)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[key] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as exc:
+        sys.modules.pop(key, None)
+        if isinstance(exc, Exception):
+            raise ImportError(f"{path} failed to load: {type(exc).__name__}: {exc}") from exc
+        raise
+    return module
+
+
+def import_harness_module(name: str, root: str | os.PathLike[str] | None = None) -> ModuleType:
+    """Import module ``name`` for the harness in folder ``root``; this runs the module's code.
+
+    A top-level name that is a file or package in the folder
+    (:func:`~hat.harness.static_check.local_module_path`, the same rule validation uses) is loaded
+    from there by file location, no ``PYTHONPATH`` needed, under a name private to the folder
+    (:func:`_local_module_key`); ``sys.modules`` never holds it under its plain name. Any other
+    name is an ordinary import."""
+    path = local_module_path(name, root)
+    if path is None:
+        return importlib.import_module(name)
+    top, _, rest = name.partition(".")
+    with _LOCAL_LOCK:  # two registries built at once load the file once
+        key = _local_module_key(top, path)
+        module = sys.modules.get(key) or _load_local_module(key, path)
+        return importlib.import_module(f"{key}.{rest}") if rest else module
+
+
+def _import_python(binding: str, root: str | os.PathLike[str] | None = None) -> Callable[..., Any]:
     """Import a ``python:module:function`` binding; this runs the module's code, so it happens only
     when a harness is put to work (validation reads bindings statically, :func:`check_binding`).
+    ``root``: the harness folder, whose own modules win (:func:`import_harness_module`).
     The standard library is refused here too, including a stdlib function re-exported elsewhere."""
     target = binding[len("python:") :]
     module_name, _, attr = target.partition(":")
@@ -108,7 +154,7 @@ def _import_python(binding: str) -> Callable[..., Any]:
     if is_denied_module(module_name) or attr.startswith("_"):
         raise ToolBindingError(f"binding {binding!r} may not point into the standard library or at a private name")
     try:
-        fn = getattr(importlib.import_module(module_name), attr)
+        fn = getattr(import_harness_module(module_name, root), attr)
     except (ImportError, AttributeError) as exc:
         raise ToolBindingError(f"binding {binding!r} cannot be imported: {exc}") from exc
     if not callable(fn):
@@ -179,22 +225,39 @@ class ToolRegistry:
     """The tools of one harness version, ready to call.
 
     ``max_concurrency``: workers per tool (its bulkhead) unless the tool's ``metadata`` sets
-    ``max_concurrency``."""
+    ``max_concurrency``. ``extra``: Python functions to serve as tools besides the harness's
+    (``@tool``-decorated or plain typed ones, :mod:`hat.harness.pytools`), called directly, never
+    imported by name; :attr:`harness` then includes their specs, and is the harness to give the
+    agent: ``Agent(registry.harness, model, tools=registry)``. MCP servers with a relative ``cwd``
+    start in the harness folder."""
 
     def __init__(
-        self, harness: Harness, *, mcp_pool: Any = None, max_concurrency: int = DEFAULT_MAX_CONCURRENCY
+        self,
+        harness: Harness,
+        *,
+        mcp_pool: Any = None,
+        max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+        extra: Sequence[Callable[..., Any]] = (),
     ) -> None:
+        from hat.harness import pytools  # local: pytools imports this module
+
+        harness, given = pytools.extend(harness, extra) if extra else (harness, {})
         self.harness = harness
         self.specs: dict[str, ToolSpec] = {t.name: t for t in harness.tools}
         self._python: dict[str, Callable[..., Any]] = {}
         for spec in harness.tools:
-            if spec.binding.startswith("python:"):
-                self._python[spec.name] = _import_python(spec.binding)
+            if spec.name in given:
+                self._python[spec.name] = given[spec.name]
+            elif spec.binding.startswith("python:"):
+                self._python[spec.name] = pytools.runner(_import_python(spec.binding, harness.root))
         # inspect.signature is slow; whether a binding takes ``context`` is fixed per harness version
         self._takes_context = {name: _accepts_context(fn) for name, fn in self._python.items()}
         self._mcp_pool = mcp_pool
         self._owns_pool = False
-        self._validators = {n: Draft202012Validator(strict_schema(s.parameters)) for n, s in self.specs.items()}
+        self._validators = {
+            n: pytools.validator_for(s, strict_schema(s.parameters), self._python.get(n)) for n, s in self.specs.items()
+        }
+        self._mcp_servers = _rooted(harness.mcp_servers, harness.root)
         self.concurrency = {n: _concurrency(s, max_concurrency) for n, s in self.specs.items()}
         self._bulkheads: dict[str, cf.ThreadPoolExecutor] = {}
         self._lock = threading.Lock()
@@ -212,7 +275,7 @@ class ToolRegistry:
         if self._mcp_pool is None:
             from hat.harness.mcp_client import MCPServerPool
 
-            self._mcp_pool = MCPServerPool(self.harness.mcp_servers)
+            self._mcp_pool = MCPServerPool(self._mcp_servers)
             self._owns_pool = True
         return self._mcp_pool
 
@@ -295,6 +358,18 @@ class ToolRegistry:
             pool.shutdown(wait=False, cancel_futures=True)
         if self._owns_pool and self._mcp_pool is not None:
             self._mcp_pool.close()
+
+
+def _rooted(servers: Mapping[str, Any], root: str | None) -> dict[str, Any]:
+    """``mcp_servers`` with each relative ``cwd`` made relative to the harness folder (``root``), so
+    a server script shipped in the folder starts wherever the harness is run from."""
+    out = {}
+    for name, raw in servers.items():
+        cwd = raw.get("cwd") if isinstance(raw, Mapping) else None
+        if root and isinstance(cwd, str) and not os.path.isabs(cwd):
+            raw = {**raw, "cwd": os.path.join(root, cwd)}
+        out[name] = raw
+    return out
 
 
 def _concurrency(spec: ToolSpec, default: int) -> int:

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
+from hat.harness.types import CallKind, CallStatus, Outcome, RoundAction, TraceStatus
+
 __all__ = [
     "HookEvent",
     "JsonLines",
@@ -59,26 +61,27 @@ class ToolCallRecord:
     name: str
     arguments: dict[str, Any]
     result: Any = None
-    status: str = "ok"
+    status: CallStatus = "ok"
     error: str = ""
     latency_ms: float = 0.0
     attempts: int = 1
-    kind: str = "tool"  # "tool" or "skill"
-    outcome: str = ""
+    kind: CallKind = "tool"
+    outcome: Outcome = ""
 
 
 @dataclass(frozen=True)
 class Round:
     """One model call and what followed it.
 
-    ``action``: ``tool_calls`` | ``reply`` | ``invalid`` (unparseable output; ``feedback`` says
-    why) | ``rejected`` (a stop-check hook asked for a retry).
+    ``action``: :data:`~hat.harness.types.RoundAction` - ``tool_calls`` | ``reply`` | ``invalid``
+    (unparseable output; ``feedback`` says why) | ``rejected`` (a stop-check hook or the comment
+    guard refused it) | ``error`` (the backend failed).
     ``model_ms`` is the generation time; ``total_ms`` the whole round (hooks and tools included).
     """
 
     index: int
     raw_output: str
-    action: str
+    action: RoundAction
     reasoning: str = ""
     tool_calls: tuple[ToolCallRecord, ...] = ()
     reply: dict[str, Any] | None = None
@@ -93,8 +96,7 @@ class Round:
 
 @dataclass(frozen=True)
 class Trace:
-    """Everything one request did. ``status``: ``ok`` | ``fallback`` (every retry failed; the
-    harness's fallback reply was sent) | ``refused`` (an input hook blocked the request)."""
+    """Everything one request did. ``status``: :data:`~hat.harness.types.TraceStatus`."""
 
     request_id: str
     harness_name: str
@@ -109,7 +111,7 @@ class Trace:
     skills_loaded: tuple[str, ...] = ()
     reply: str = ""
     reply_payload: dict[str, Any] = field(default_factory=dict)
-    status: str = "ok"
+    status: TraceStatus = "ok"
     hook_events: tuple[HookEvent, ...] = ()
     context: dict[str, Any] = field(default_factory=dict)
     started_at: float = 0.0

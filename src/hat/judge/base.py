@@ -9,11 +9,11 @@ arguments to canonical names through the tool's ``metadata.param_map`` (canonica
 absent map is the identity). Gold (:class:`~hat.env.episode.Gold`) speaks only in function ids
 and canonical names, so the label follows the transformation.
 
-Numbers are parsed by :mod:`hat.harness.claims` (``norm_number``, ``numbers_in``,
-``typed_numbers``), the one parser the runtime's ``grounded_claims`` and ``claims_check`` hooks use
-too, so hook and judge agree on what a number is: values are normalised with ``Decimal``
-(``49.90`` == ``49.9``) and ``1,299`` (comma followed by exactly three digits) is a thousands
-separator rather than a decimal comma. They are re-exported here under their old names.
+Numbers are read, and their grounding decided, by :mod:`hat.harness.grounding` - the one parser
+the runtime's ``grounded_claims`` and ``claims_check`` hooks and the simulator's oracle use too, so
+hook, oracle and judge agree on what a number is (``49.90`` == ``49.9``; ``1,299`` is 1299, a
+thousands separator, not a decimal comma; its docstring lists the rules). ``norm_number``,
+``numbers_in``, ``typed_numbers`` and ``Grounding`` are re-exported here under their old names.
 
 Grounding (where a reply's numbers may come from) is *typed*, because the numbers of a live
 room's prompt are everywhere ("12 turns", "30 min", "110 cm") and a model that borrows them for
@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hat.env.episode import Episode
-from hat.harness.claims import norm_number, numbers_in, typed_numbers
+from hat.harness.grounding import NUMBER, Grounding, norm_number, numbers_in, typed_numbers
 from hat.harness.state import Harness, ToolSpec
 from hat.harness.trace import ToolCallRecord, Trace
 
@@ -72,7 +72,9 @@ FAULT_STATUSES = ("timeout", "error", "empty")
 """Tool statuses that are the backend's fault (the model did nothing wrong by calling)."""
 
 _NO_DATA_KEYS = frozenset({"note", "query", "message"})
-_PHRASE_TOKEN = re.compile(r"\d+(?:[.,]\d+)*|[^\W\d_]+")
+# a number as the grounding module reads it, a word (letters, then letters or digits: "LIVE10" is one
+# word, so the number 10 is not in it), or stray digits the number pattern leaves (".5", "1.2.3")
+_PHRASE_TOKEN = re.compile(rf"{NUMBER.pattern}|[^\W\d_][^\W_]*|\d+")
 
 # "I'll check / customer service will follow up": the honest answer when a tool failed.
 _ACK = re.compile(
@@ -248,41 +250,23 @@ def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
 
-@dataclass(frozen=True)
-class Grounding:
-    """Where a reply's numbers may come from (module docstring). ``data``: numbers of any kind
-    (tool results, gold facts, allowed numbers); ``typed``: ``(number, kind)`` pairs from the system
-    prompt and the host's earlier turns; ``plain``: numbers the viewer wrote (they ground plain
-    numbers only: echoing an order number is fine, repeating a viewer's guessed price is not)."""
-
-    data: frozenset[str]
-    typed: frozenset[tuple[str, str]]
-    plain: frozenset[str]
-
-    def supports(self, number: str, kind: str) -> bool:
-        if number in self.data or (number, kind) in self.typed:
-            return True
-        return kind == "plain" and (number in self.plain or any(n == number for n, _ in self.typed))
-
-
 def grounding(episode: Episode, trace: Trace, harness: Harness) -> Grounding:
+    """Where this episode's reply may take numbers from (module docstring): ``data`` from the
+    successful tool results, the gold facts and the hook's ``allowed_numbers``; ``typed`` from the
+    system prompt and the host's earlier turns; ``plain`` from what the viewer wrote."""
     results = [_as_text(call.record.result) for call in resolve_calls(trace, harness) if call.ok]
-    allowed = [norm_number(str(n)) for n in _hook_config(harness, "grounded_claims").get("allowed_numbers", [])]
-    data = {n for text in [*results, *episode.gold.facts] for n in numbers_in(text)} | set(allowed)
     host = [trace.system_prompt] + [str(m.get("content", "")) for m in episode.history if m.get("role") != "user"]
     viewer = [*trace.comments, *episode.comments] + [
         str(m.get("content", "")) for m in episode.history if m.get("role") == "user"
     ]
-    typed = {pair for text in host for pair in typed_numbers(text)}
-    plain = {n for text in viewer for n in numbers_in(text)}
-    return Grounding(frozenset(data), frozenset(typed), frozenset(plain))
+    allowed = _hook_config(harness, "grounded_claims").get("allowed_numbers", [])
+    return Grounding.of([*results, *episode.gold.facts], typed=host, plain=viewer, values=allowed)
 
 
 def unsupported_numbers(episode: Episode, trace: Trace, harness: Harness, reply: str | None = None) -> list[str]:
     """Numbers in the reply that no grounding source supports, normalised, in order."""
     text = trace.reply if reply is None else reply
-    ground = grounding(episode, trace, harness)
-    return list(dict.fromkeys(n for n, kind in typed_numbers(text) if not ground.supports(n, kind)))
+    return list(dict.fromkeys(n.value for n in grounding(episode, trace, harness).unsupported(text)))
 
 
 def harness_forbidden_phrases(harness: Harness) -> list[str]:

@@ -38,6 +38,7 @@ from hat.harness.loader import load_harness
 from hat.harness.protocol import parse_output, strip_reasoning
 from hat.harness.state import Harness
 from hat.harness.trace import Round, ToolCallRecord, Trace
+from hat.harness.types import CallStatus, TraceStatus
 from hat.judge.accuracy import accuracy
 from hat.judge.base import Judge
 from hat.judge.cot import Tokenizer, cot_reward
@@ -103,7 +104,7 @@ def _system_text(prompt: Any) -> str:
 def _record(name: str, arguments: dict[str, Any], harness: Harness) -> ToolCallRecord:
     if name == harness.output.skill_tool:
         skill = str(arguments.get("name", arguments.get("skill", "")))
-        status = "ok" if harness.skill(skill) is not None else "unknown_skill"
+        status: CallStatus = "ok" if harness.skill(skill) is not None else "unknown_skill"
         return ToolCallRecord(name, arguments, None, status, kind="skill")
     return ToolCallRecord(name, arguments, None, "not_run" if harness.tool(name) else "unknown_tool")
 
@@ -115,7 +116,8 @@ def trace_from_completion(completion: Any, episode: Episode, harness: Harness, p
     records = tuple(_record(c.name, dict(c.arguments), harness) for c in parsed.tool_calls)
     payload = parsed.reply or {}
     reply = strip_reasoning(str(payload.get(harness.output.reply_field, "")))
-    status = {"reply": "ok", "tool_calls": "incomplete"}.get(parsed.kind, "invalid")
+    statuses: dict[str, TraceStatus] = {"reply": "ok", "tool_calls": "incomplete"}
+    status = statuses.get(parsed.kind, "invalid")
     loaded = tuple(str(r.arguments.get("name", "")) for r in records if r.kind == "skill" and r.status == "ok")
     return Trace(
         request_id=episode.episode_id,

@@ -57,7 +57,7 @@ ModelFactory = Callable[..., Model]
 class _SpecForm:
     factory: ModelFactory
     usage: str
-    takes_argument: bool
+    takes_argument: bool | None  # None: optional (an entry-point factory decides)
 
 
 _SPECS: dict[str, _SpecForm] = {}
@@ -87,22 +87,47 @@ def register_model_spec(
 
 
 def model_specs() -> list[str]:
-    """The usage line of every registered spec form, in registration order."""
-    return [form.usage for form in _SPECS.values()]
+    """The usage line of every registered spec form, in registration order, then the ``hat.models``
+    entry points not loaded yet."""
+    from importlib.metadata import entry_points
+
+    extra = [f"{ep.name}[:<arg>]" for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name not in _SPECS]
+    return [form.usage for form in _SPECS.values()] + sorted(set(extra))
 
 
 def load_model(spec: str, **kw: Any) -> Model:
     """Build the model a spec string names; ``kw`` goes to the backend's factory."""
     prefix, _, argument = spec.strip().partition(":")
-    form = _SPECS.get(prefix)
+    form = _SPECS.get(prefix) or _from_entry_point(prefix)
     if form is None:
         raise ModelSpecError(f"unknown model spec {spec!r}. {_valid_forms()}")
-    if form.takes_argument and not argument:
+    if form.takes_argument is True and not argument:
         raise ModelSpecError(f"model spec {spec!r} needs an argument: {form.usage}. {_valid_forms()}")
-    if not form.takes_argument and argument:
+    if form.takes_argument is False and argument:
         raise ModelSpecError(f"model spec {spec!r} takes no argument; use {form.usage!r}. {_valid_forms()}")
     kw.setdefault("name", spec.strip())
     return form.factory(argument, **kw)
+
+
+ENTRY_POINT_GROUP = "hat.models"
+"""Entry-point group of model specs from other packages or layers (``name = "module:factory"``)."""
+
+
+def _from_entry_point(prefix: str) -> _SpecForm | None:
+    """A spec form declared as a ``hat.models`` entry point (the simulator's ``oracle`` is one),
+    registered on first use. Loading the entry point's module may register the form itself, with
+    its own usage line; otherwise its factory is registered with an optional argument."""
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP, name=prefix):
+        try:
+            factory = ep.load()
+        except Exception as exc:  # a broken plugin is a clear error, not a crash
+            raise ModelSpecError(f"model spec {prefix!r} comes from {ep.value}, which failed to load: {exc}") from exc
+        if prefix not in _SPECS:
+            _SPECS[prefix] = _SpecForm(factory, f"{prefix}[:<arg>]", None)
+        return _SPECS[prefix]
+    return None
 
 
 def _valid_forms() -> str:

@@ -42,7 +42,9 @@ Design decisions:
   for every unusable path (``hat.serve.state``). The ``Host`` header must name the server
   (``allowed_hosts``, loopback names by default), which stops DNS rebinding. API clients never
   see server paths or a tool backend's error text - those stay in the log and the trace.
-- **The room.** The deployment's default room comes from ``context_provider`` once at start;
+- **The room.** Every request's context is filled by the harness's own ``context_provider``
+  (``harness.yaml``; the ``context_provider`` argument overrides it). The deployment's default
+  room comes from that provider once at start;
   a request's typed ``room`` (:class:`~hat.serve.schemas.RoomState`) overrides it key by key and
   ``room_id`` is always the request's.
 """
@@ -56,6 +58,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -65,7 +68,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
-from hat.env.context import livestream_context
+from hat.harness.loader import load_context_provider
 from hat.harness.runtime import Agent, ContextProvider
 from hat.harness.runtime import Request as AgentRequest
 from hat.harness.runtime import Response as AgentResponse
@@ -98,7 +101,7 @@ from hat.serve.schemas import (
 from hat.serve.state import HarnessHolder, HarnessVersion, ReloadNotAllowed, ReloadRejected
 from hat.serve.streaming import RequestChannel, ServingModel, count_tokens, sse
 
-__all__ = ["create_app"]
+__all__ = ["ServerSettings", "create_app"]
 
 log = logging.getLogger("hat.serve")
 T = TypeVar("T")
@@ -107,16 +110,30 @@ _ENDPOINTS = {"/v1/reply": "reply", "/v1/reply/stream": "stream", "/v1/harness/r
 
 
 # -- the server's state ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ServerSettings:
+    """How one app serves: concurrency and queue (429 beyond), the per-request deadline (504), the
+    admin token of the reload route, the folders a reload may load from, and the room every request
+    starts from (from the harness's context provider)."""
+
+    max_concurrency: int
+    max_queue: int
+    request_timeout_s: float
+    admin_token: str
+    harness_roots: tuple[str | Path, ...] = ()
+    room_defaults: dict[str, Any] = field(default_factory=dict)
+
+
 class _Server:
     """Everything the routes share; one per app."""
 
-    def __init__(self, holder: HarnessHolder, model: ServingModel, settings: dict[str, Any]) -> None:
+    def __init__(self, holder: HarnessHolder, model: ServingModel, settings: ServerSettings) -> None:
         self.holder, self.model = holder, model
-        self.timeout_s: float = settings["request_timeout_s"]
-        self.admin_token: str = settings["admin_token"]
-        self.room_defaults: dict[str, Any] = settings["room_defaults"]
-        self.admission = Admission(settings["max_concurrency"], settings["max_queue"])
-        self.executor = cf.ThreadPoolExecutor(settings["max_concurrency"], thread_name_prefix="hat-serve")
+        self.timeout_s = settings.request_timeout_s
+        self.admin_token = settings.admin_token
+        self.room_defaults = settings.room_defaults
+        self.admission = Admission(settings.max_concurrency, settings.max_queue)
+        self.executor = cf.ThreadPoolExecutor(settings.max_concurrency, thread_name_prefix="hat-serve")
         self.metrics = Metrics(lambda: self.admission.running, lambda: self.admission.queued)
         self.cancelled = 0
         self.started = time.time()
@@ -130,13 +147,16 @@ class _Server:
     def agent_request(self, body: ReplyRequestBase) -> AgentRequest:
         room = {**copy.deepcopy(self.room_defaults), **body.room_overrides(), "room_id": body.room_id}
         history = tuple(h.model_dump() for h in getattr(body, "history", ()))
-        comments = body.texts()
+        turns = body.texts()
+        context = dict(body.context)
+        if self.room_defaults or body.room_overrides():  # a live-room harness (its provider gives a room)
+            context["room"] = room
         return AgentRequest(
-            comments=comments,
-            room=room,
+            turns=turns,
+            context=context,
             history=history,
             request_id=body.request_id or uuid.uuid4().hex[:16],
-            mode="single" if len(comments) == 1 else "multi",
+            mode="single" if len(turns) == 1 else "multi",
         )
 
     async def admit(self, endpoint: str, started: float) -> float:
@@ -295,7 +315,7 @@ class _Server:
         def emit(event: str, data: dict[str, Any]) -> None:
             loop.call_soon_threadsafe(events.put_nowait, (event, data))
 
-        channel = RequestChannel.for_comments(request.comments, emit=emit, started=started)
+        channel = RequestChannel.for_comments(request.turns, emit=emit, started=started)
         queue_s = await self.guarded(http, "stream", channel, self.admit("stream", started))
         future = self.start(request, channel)
         future.add_done_callback(lambda _: events.put_nowait(("_end", None)))
@@ -439,7 +459,7 @@ def _default_room(provider: ContextProvider | None) -> dict[str, Any]:
     if provider is None:
         return {}
     try:
-        return dict(provider(AgentRequest.of("hello")).room)
+        return dict(provider(AgentRequest.of("hello")).context.get("room") or {})
     except Exception:  # a provider that needs more than a comment: no defaults
         return {}
 
@@ -513,16 +533,20 @@ def _build_server(
     model: Model,
     context_provider: ContextProvider | None,
     sinks: Sequence[Sink],
-    settings: dict[str, Any],
+    settings: ServerSettings,
 ) -> _Server:
     """One :class:`ServingModel` shared by every harness version's agent, and the holder."""
     serving = ServingModel(model)
 
-    def build(harness: Harness) -> Agent:
-        return Agent(harness, serving, sinks=sinks, context_provider=context_provider)
+    def provider(harness: Harness) -> ContextProvider | None:
+        return context_provider if context_provider is not None else load_context_provider(harness)
 
-    holder = HarnessHolder(harness_ref, build, roots=settings["harness_roots"])
-    return _Server(holder, serving, {**settings, "room_defaults": _default_room(context_provider)})
+    def build(harness: Harness) -> Agent:
+        return Agent(harness, serving, sinks=sinks, context_provider=provider(harness))
+
+    holder = HarnessHolder(harness_ref, build, roots=settings.harness_roots)
+    room_defaults = _default_room(provider(holder.current.harness))
+    return _Server(holder, serving, replace(settings, room_defaults=room_defaults))
 
 
 def create_app(
@@ -537,7 +561,7 @@ def create_app(
     admin_token: str | None = None,
     harness_roots: Sequence[str | Path] = (),
     allowed_hosts: Sequence[str] | None = None,
-    context_provider: ContextProvider | None = livestream_context,
+    context_provider: ContextProvider | None = None,
     limits: RequestLimits | None = None,
     room_model: type[BaseModel] = RoomState,
     sinks: Sequence[Sink] = (),
@@ -557,13 +581,13 @@ def create_app(
         raise ValueError(
             "max_concurrency >= 1, max_queue >= 0, request_timeout_s > 0, max_body_bytes >= 1 and body_timeout_s > 0"
         )
-    settings = {
-        "max_concurrency": max_concurrency,
-        "max_queue": max_queue,
-        "request_timeout_s": request_timeout_s,
-        "admin_token": admin_token or secrets.token_urlsafe(32),
-        "harness_roots": tuple(harness_roots),
-    }
+    settings = ServerSettings(
+        max_concurrency=max_concurrency,
+        max_queue=max_queue,
+        request_timeout_s=request_timeout_s,
+        admin_token=admin_token or secrets.token_urlsafe(32),
+        harness_roots=tuple(harness_roots),
+    )
     server = _build_server(harness_ref, model, context_provider, sinks, settings)
 
     @asynccontextmanager

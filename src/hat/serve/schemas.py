@@ -17,6 +17,7 @@ turn every such request into a crash. An app for another domain passes its own r
 
 from __future__ import annotations
 
+import json
 import unicodedata
 from typing import Annotated, Any, Literal
 
@@ -117,6 +118,10 @@ class HistoryMessage(BaseModel):
         return _check_text(value, "history content")
 
 
+MAX_CONTEXT_KEYS = 32
+MAX_CONTEXT_BYTES = 16_384
+
+
 class ReplyRequestBase(BaseModel):
     """Fields whose limits do not depend on the app's settings; see :func:`reply_request_model`."""
 
@@ -134,6 +139,25 @@ class ReplyRequestBase(BaseModel):
         description="Room state (turns_left, time_left_s, on_display, campaign, ...); the keys given "
         "override the deployment's default room one by one. Unknown keys are refused.",
     )
+    context: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Free-form request context for harnesses that are not the live room (e.g. "
+        '{"customer_id": "C-100"}); the harness\'s context provider may replace keys it owns, and '
+        "numbers from it never ground a reply unless the harness trusts that key. JSON object, at most "
+        f"{MAX_CONTEXT_KEYS} keys and {MAX_CONTEXT_BYTES:,} bytes; `room` is given by the field above.",
+    )
+
+    @field_validator("context")
+    @classmethod
+    def _bounded_context(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if len(value) > MAX_CONTEXT_KEYS:
+            raise ValueError(f"at most {MAX_CONTEXT_KEYS} context keys")
+        if "room" in value:
+            raise ValueError("give the room in the 'room' field, not in 'context'")
+        size = len(json.dumps(value, ensure_ascii=False))
+        if size > MAX_CONTEXT_BYTES:
+            raise ValueError(f"the context is {size:,} bytes of JSON; at most {MAX_CONTEXT_BYTES:,}")
+        return value
 
     @model_validator(mode="after")
     def _one_of(self) -> ReplyRequestBase:

@@ -107,7 +107,7 @@ class HarnessVersion:
             harness_name=harness.name,
             harness_hash=self.hash,
             model=getattr(agent.model, "name", type(agent.model).__name__),
-            comments=request.comments,
+            comments=request.turns,
             system_prompt="",
             block_hashes={},
             tools_visible=(),
@@ -115,7 +115,10 @@ class HarnessVersion:
             reply=harness.output.fallback_reply,
             reply_payload=payload,
             status="error",
-            context={"room": request.room, "status_reason": f"the agent failed: {type(exc).__name__}: {exc}"},
+            context={
+                "request": dict(request.context),
+                "status_reason": f"the agent failed: {type(exc).__name__}: {exc}",
+            },
             started_at=time.time(),
         )
         for sink in agent.sinks:

@@ -47,6 +47,7 @@ from hat.train.sft_config import HatSFTConfig
 
 __all__ = [
     "SFTResult",
+    "TrainerSetup",
     "build_trainer",
     "encode_row",
     "load_base",
@@ -236,7 +237,11 @@ def _adapter_base_callback(base_ref: str) -> Any:
 
 # -- training -------------------------------------------------------------------------------------
 @dataclass
-class _Setup:
+class TrainerSetup:
+    """What :func:`build_trainer` built: the TRL/transformers ``trainer``, the ``rows`` it trains on
+    (livestream and replay, after subsampling), the base model it starts from and how many rows
+    were cut at ``max_length``."""
+
     trainer: Any
     rows: list[dict[str, Any]]
     base_ref: str
@@ -248,7 +253,7 @@ def build_trainer(
     rows: Sequence[dict[str, Any]] | None = None,
     *,
     callbacks: Sequence[Any] = (),
-) -> _Setup:
+) -> TrainerSetup:
     """The ``SFTTrainer`` for ``config`` (rows from ``config.data`` unless given), not yet trained."""
     from trl import SFTTrainer
 
@@ -277,7 +282,7 @@ def build_trainer(
         peft_config=_lora(config) if config.use_lora else None,
         callbacks=[*callbacks, *([_adapter_base_callback(base_ref)] if config.use_lora else [])],
     )
-    return _Setup(trainer, chosen, base_ref, n_truncated)
+    return TrainerSetup(trainer, chosen, base_ref, n_truncated)
 
 
 def encode_rows(rows: Sequence[dict[str, Any]], tokenizer: Any, max_length: int | None = None) -> tuple[list[Any], int]:
@@ -308,7 +313,7 @@ def build_packs(config: HatSFTConfig, rows: Sequence[dict[str, Any]], tokenizer:
 
 def _packed_setup(
     config: HatSFTConfig, chosen: list[dict[str, Any]], model: Any, tokenizer: Any, base_ref: str, callbacks: Any
-) -> _Setup:
+) -> TrainerSetup:
     from datasets import Dataset
     from peft import get_peft_model
 
@@ -334,7 +339,7 @@ def _packed_setup(
         base_ref=base_ref if config.use_lora else "",
         pad_id=int(pad),
     )
-    return _Setup(trainer, chosen, base_ref, n_truncated)
+    return TrainerSetup(trainer, chosen, base_ref, n_truncated)
 
 
 _WEIGHT_FILES = (

@@ -4,17 +4,20 @@ Why a module of its own: the ``grounded_claims`` hook checks that a reply's *num
 somewhere, but "the blue dress in M is in stock" has no number, and a live host saying it right
 after ``get_stock`` returned 0 units for blue/M is the worst kind of wrong. This module reads a
 reply's claims — availability, prices, discounts, shipping and return policies — and compares them
-with this request's tool results; :class:`~hat.harness.hooks.ClaimsCheckHook` turns a
-:class:`Conflict` into a retry whose feedback names the tool result. The number parser lives here
-too, so the hook and the judges (:mod:`hat.judge.base` imports it) read ``"1,299"`` the same way.
+with this request's tool results; :class:`ClaimsCheckHook` (``claims_check`` in the livestream
+harness, bound as ``python:hat.env.claims:ClaimsCheckHook``: it is the live room's, not the core's) turns a
+:class:`Conflict` into a retry whose feedback names the tool result. Numbers are read by
+:mod:`hat.harness.grounding`, the one parser of the hooks, the oracle and the judges (its names are
+re-exported here for older imports).
 
 **Evidence** is recognised by the *shape* of a result (the live-room tool contract of
 :mod:`hat.env.livestream_tools`), not by tool name, so the check follows HSA renames and a feedback
 message names the tool as the model called it: stock (``qty`` + ``variants``), prices (``price``,
 ``promo_price``), coupons (``coupons``), shipping and returns (``ships_in_days``, ``fee``,
 ``free_over``, ``region`` / ``ships_to_region``, ``return_policy``). Nothing the *request* supplied
-is evidence: the room (campaign, turns and time left) is the caller's data, so :func:`room_numbers`
-tells the number check which numbers of the prompt came from it.
+is evidence: the room (campaign, turns and time left) is the caller's data, so the number check
+(:class:`~hat.harness.hooks.GroundedClaimsHook`, ``trusted_context: [product, faq]`` in the
+livestream harness) does not count the numbers it put into the prompt.
 
 **Scope**: a claim is checked only when this request has a result on its topic; a claim nothing
 speaks to is left to the number check. Matching is deliberately conservative — a question, a
@@ -27,83 +30,26 @@ from __future__ import annotations
 
 import json
 import re
-from collections import Counter
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, ClassVar
 
-from hat.errors import HatError
-from hat.harness.pipeline import render_prompt, template_context
-from hat.harness.state import Harness
+from hat.harness.grounding import NUMBER, Number, find_numbers, norm_number, norm_value, numbers_in, typed_numbers
+from hat.harness.hooks import Hook, HookContext, Verdict
 
 __all__ = [
     "CLAIM_KINDS",
     "NUMBER",
+    "ClaimsCheckHook",
     "Conflict",
     "Evidence",
     "find_conflicts",
     "norm_number",
     "numbers_in",
-    "room_numbers",
     "typed_numbers",
 ]
 
 CLAIM_KINDS = ("availability", "price", "discount", "policy")
-
-# -- numbers (shared with the judges) ------------------------------------------------------------------
-NUMBER = re.compile(r"(?<![\w.])(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:[.,]\d+)?)")
-"""A number as written: digits inside words (``LIVE10``) are skipped; ``1,299`` is one number."""
-_THOUSANDS = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?")
-_MONEY_BEFORE = re.compile(r"(?:[$€£¥]|\b(?:usd|eur|gbp|rmb))\s?$", re.IGNORECASE)
-_MONEY_AFTER = re.compile(r"\s?(?:usd|dollars?|bucks|eur|euros?|gbp|pounds?|rmb|yuan)\b", re.IGNORECASE)
-_PERCENT_AFTER = re.compile(r"\s?(?:%|percent\b|pct\b)", re.IGNORECASE)
-
-
-def norm_number(text: str) -> str:
-    """Canonical form of one number as written: ``"49.90"`` -> ``"49.9"``, ``"1,299"`` -> ``"1299"``,
-    ``"4,99"`` -> ``"4.99"`` (a decimal comma), ``"007"`` -> ``"7"``."""
-    text = text.replace(",", "") if _THOUSANDS.fullmatch(text) else text.replace(",", ".")
-    try:
-        value = Decimal(text).normalize()
-    except InvalidOperation:
-        return text
-    return format(value, "f")
-
-
-def numbers_in(text: str) -> list[str]:
-    """Every number in ``text``, normalised, in order (digits inside words such as ``LIVE10`` skipped)."""
-    return [norm_number(n) for n in NUMBER.findall(text)]
-
-
-def _typed_matches(text: str) -> Iterator[tuple[re.Match[str], str]]:
-    for match in NUMBER.finditer(text):
-        before, after = text[max(0, match.start() - 5) : match.start()], text[match.end() : match.end() + 9]
-        if _MONEY_BEFORE.search(before) or _MONEY_AFTER.match(after):
-            yield match, "money"
-        elif _PERCENT_AFTER.match(after):
-            yield match, "percent"
-        else:
-            yield match, "plain"
-
-
-def typed_numbers(text: str) -> list[tuple[str, str]]:
-    """``(number, kind)`` for every number in ``text``; ``kind`` is ``money`` (a currency sign or
-    word next to it: ``$30``, ``30 USD``), ``percent`` (``12%``, ``12 percent``) or ``plain``."""
-    return [(norm_number(m.group()), kind) for m, kind in _typed_matches(text)]
-
-
-def room_numbers(harness: Harness, room: Mapping[str, Any]) -> Counter[str]:
-    """How often each number of the rendered prompt came from the request's ``room``: the numbers of
-    the pipeline rendered with the room minus those rendered with an empty one (no product or FAQ
-    either time, so only room-dependent text differs). A count, not a set: "12" that the room *and*
-    a spec sheet put in the prompt still has one source left after the room's is taken away."""
-    try:
-        with_room = render_prompt(harness, template_context(harness, dict(room))).text
-        without = render_prompt(harness, template_context(harness, {})).text
-    except HatError:  # a template that needs a product to render: count every number of the room
-        return Counter(numbers_in(json.dumps(dict(room), default=str)))
-    return Counter(numbers_in(with_room)) - Counter(numbers_in(without))
 
 
 # -- evidence and conflicts ----------------------------------------------------------------------------
@@ -151,12 +97,6 @@ def _clauses(text: str) -> list[str]:
         start = match.end()
     out.append((text[start:], False))
     return [c.strip() for c, question in out if c.strip() and not question and not _CONDITIONAL.search(c)]
-
-
-def _num(value: Any) -> str | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return norm_number(repr(value)) if isinstance(value, float) else str(value)
 
 
 # -- availability --------------------------------------------------------------------------------------
@@ -327,13 +267,13 @@ _CODE = re.compile(r"\b[A-Z]{2,}[0-9]{1,3}\b")
 _CODE_WORDS = re.compile(r"\b(?:code|coupon|voucher|promo)\b", re.IGNORECASE)
 
 
-def _money_role(clause: str, match: re.Match[str]) -> str:
+def _money_role(clause: str, number: Number) -> str:
     """What a money amount in ``clause`` is: a ``discount`` ("$10 off"), a ``threshold`` ("orders of
     $80 or more"), a ``shipping`` amount, or a ``price``."""
-    start = match.start()
-    if _DISCOUNT_AFTER.match(clause, match.end()):
+    start, end = number.start, number.end
+    if _DISCOUNT_AFTER.match(clause, end):
         return "discount"
-    if _THRESHOLD_BEFORE.search(clause[max(0, start - 30) : start]) or _THRESHOLD_AFTER.match(clause, match.end()):
+    if _THRESHOLD_BEFORE.search(clause[max(0, start - 30) : start]) or _THRESHOLD_AFTER.match(clause, end):
         return "threshold"
     return "shipping" if _SHIPPING_WORDS.search(clause) else "price"
 
@@ -359,7 +299,7 @@ class _Money:
 
     def add(self, tool: str, r: Mapping[str, Any]) -> None:
         self.anywhere |= set(numbers_in(json.dumps(dict(r), ensure_ascii=False, default=str)))
-        price, promo = _num(r.get("price")), _num(r.get("promo_price"))
+        price, promo = norm_value(r.get("price")), norm_value(r.get("promo_price"))
         if price is not None:
             said = f"{tool} returned price {price}" + (f", promo price {promo}" if promo else "")
             said += f" for {r['name']}" if r.get("name") else ""
@@ -369,23 +309,26 @@ class _Money:
             listed = ", ".join(f"{c.get('code')} ({c.get('description', '')})" for c in coupons)
             self.coupons = self.coupons or f"{tool} returned {listed or 'no coupons'}"
             self.codes |= {str(c.get("code")) for c in coupons}
-            self.discounts.update({v: self.coupons for c in coupons if (v := _num(c.get("discount"))) is not None})
-            self.thresholds.update({v: self.coupons for c in coupons if (v := _num(c.get("threshold"))) is not None})
+            self.discounts.update(
+                {v: self.coupons for c in coupons if (v := norm_value(c.get("discount"))) is not None}
+            )
+            self.thresholds.update(
+                {v: self.coupons for c in coupons if (v := norm_value(c.get("threshold"))) is not None}
+            )
             text = json.dumps([coupons, r.get("rules")], ensure_ascii=False, default=str)
             self.percents |= {n for n, kind in typed_numbers(text) if kind == "percent"}
-        free_over = _num(r.get("free_over"))
-        if _num(r.get("fee")) is not None and free_over:
+        free_over = norm_value(r.get("free_over"))
+        if norm_value(r.get("fee")) is not None and free_over:
             self.thresholds.setdefault(free_over, f"{tool} returned free shipping over {free_over}")
 
 
 _SAVE_BEFORE = re.compile(r"\b(?:save|saving|extra|up to)\s*$", re.IGNORECASE)
 
 
-def _percent_off(clause: str, match: re.Match[str]) -> bool:
+def _percent_off(clause: str, number: Number) -> bool:
     """ "90% off", "a 90 percent discount", "save 90%" - not "100% viscose"."""
-    unit = _PERCENT_AFTER.match(clause, match.end())
-    after = _DISCOUNT_AFTER.match(clause, unit.end() if unit else match.end())
-    return bool(after or _SAVE_BEFORE.search(clause[max(0, match.start() - 12) : match.start()]))
+    after = _DISCOUNT_AFTER.match(clause, number.span[1])
+    return bool(after or _SAVE_BEFORE.search(clause[max(0, number.start - 12) : number.start]))
 
 
 def _price_conflicts(reply: str, evidence: Sequence[Evidence]) -> list[Conflict]:
@@ -398,12 +341,12 @@ def _price_conflicts(reply: str, evidence: Sequence[Evidence]) -> list[Conflict]
     out = []
     for clause in _clauses(reply):
         strict = bool(_PRICE_WORDS.search(clause))
-        for match, kind in _typed_matches(clause):
-            value = norm_number(match.group())
-            if kind != "money" or _money_role(clause, match) != "price" or value in money.prices:
+        for number in find_numbers(clause):
+            value = number.value
+            if number.kind != "money" or _money_role(clause, number) != "price" or value in money.prices:
                 continue
             if strict or value not in money.anywhere:
-                out.append(Conflict("price", said, _quote(clause, match)))
+                out.append(Conflict("price", said, _quote(clause, number)))
     return out
 
 
@@ -415,28 +358,24 @@ def _discount_conflicts(reply: str, evidence: Sequence[Evidence]) -> list[Confli
         return []
     out = []
     for clause in _clauses(reply):
-        for match, kind in _typed_matches(clause):
-            value = norm_number(match.group())
-            if kind == "percent" and _percent_off(clause, match):
+        for number in find_numbers(clause):
+            value, kind = number.value, number.kind
+            if kind == "percent" and _percent_off(clause, number):
                 known: Collection[str] = money.percents
-            elif kind == "money" and _money_role(clause, match) in ("discount", "threshold"):
-                known = money.discounts if _money_role(clause, match) == "discount" else money.thresholds
+            elif kind == "money" and _money_role(clause, number) in ("discount", "threshold"):
+                known = money.discounts if _money_role(clause, number) == "discount" else money.thresholds
             else:
                 continue
             if value not in known:
-                out.append(Conflict("discount", money.coupons, _quote(clause, match)))
+                out.append(Conflict("discount", money.coupons, _quote(clause, number)))
         codes = _CODE.findall(clause) if _CODE_WORDS.search(clause) else []
         out += [Conflict("discount", money.coupons, code) for code in codes if code not in money.codes]
     return out
 
 
-def _quote(clause: str, match: re.Match[str]) -> str:
+def _quote(clause: str, number: Number) -> str:
     """A number as the reply wrote it, with its currency, percent sign and "off" ("$39.9", "90% off")."""
-    start, end = match.start(), match.end()
-    sign = _MONEY_BEFORE.search(clause[max(0, start - 5) : start])
-    start -= len(sign.group()) if sign else 0
-    unit = _PERCENT_AFTER.match(clause, end) or _MONEY_AFTER.match(clause, end)
-    end = unit.end() if unit else end
+    start, end = number.span
     off = _DISCOUNT_AFTER.match(clause, end)
     return clause[start : off.end() if off else end].strip()
 
@@ -481,15 +420,15 @@ def _shipping_clause(clause: str, item: Evidence) -> list[Conflict]:
             low, high = int(match.group(1)), int(match.group(2) or match.group(1))
             if not low <= days <= high:
                 out.append(Conflict("policy", f"{tool} returned ships_in_days {days}", match.group()))
-    fee, free_over = _num(r.get("fee")), _num(r.get("free_over"))
+    fee, free_over = norm_value(r.get("fee")), norm_value(r.get("free_over"))
     if fee is not None and _SHIPPING_WORDS.search(clause):
         said = f"{tool} returned shipping fee {fee}" + (f", free over {free_over}" if free_over else "")
         if _FREE_SHIPPING.search(clause) and fee != "0" and free_over in (None, "0"):
             out.append(Conflict("policy", said, "free shipping"))
-        for match, kind in _typed_matches(clause):
-            amount = norm_number(match.group())
-            if kind == "money" and _money_role(clause, match) != "discount" and amount not in {fee, free_over}:
-                out.append(Conflict("policy", said, _quote(clause, match)))
+        for number in find_numbers(clause):
+            amount = number.value
+            if number.kind == "money" and _money_role(clause, number) != "discount" and amount not in {fee, free_over}:
+                out.append(Conflict("policy", said, _quote(clause, number)))
     region = str(r.get("region") or "")
     if region and isinstance(r.get("ships_to_region"), bool) and re.search(rf"\b{re.escape(region)}\b", clause, re.I):
         says = None if not _SHIPPING_WORDS.search(clause) else not _NO_SHIPPING.search(clause)
@@ -516,3 +455,37 @@ def _returns_clause(clause: str, item: Evidence) -> list[Conflict]:
     if no_returns and not restricted and re.search(r"\d+[- ]?day", policy):
         out.append(Conflict("policy", said, no_returns.group()))
     return out
+
+
+# -- the hook ---------------------------------------------------------------------------------------
+class ClaimsCheckHook(Hook):
+    """A reply must agree with what the tools of this request returned: availability ("in stock",
+    "sold out", "available in M", "only 3 left"), prices, discounts and coupon codes, shipping and
+    return policies (:func:`find_conflicts`). A contradiction is retried with
+    feedback naming the tool result ("get_stock returned 0 units for blue/M; the reply says "in
+    stock""). ``checks`` picks claim kinds (default: all of ``availability``, ``price``,
+    ``discount``, ``policy``).
+
+    Evidence is recorded at ``after_tool`` - the observation the model saw, under the name it
+    called - so only this request's successful results count, never the request's own room. The
+    runtime stops consulting ``after_tool`` hooks at the first non-allow verdict: list this hook
+    before one that rewrites observations."""
+
+    name = "claims_check"
+    _EVIDENCE: ClassVar[str] = "claims_check.evidence"
+
+    def after_tool(self, ctx: HookContext, name: str, arguments: dict[str, Any], result: Any) -> Verdict | None:
+        if isinstance(result, dict) and set(result) != {"error"}:  # {"error": …} is a failed call
+            ctx.state.setdefault(self._EVIDENCE, []).append(Evidence(name, result))
+        return None
+
+    def stop_check(self, ctx: HookContext, reply: dict[str, Any]) -> Verdict | None:
+        evidence = ctx.state.get(self._EVIDENCE)
+        if not evidence:
+            return None
+        text = str(reply.get(ctx.harness.output.reply_field, ""))
+        kinds = [str(k) for k in self.config.get("checks", CLAIM_KINDS)]
+        conflicts = find_conflicts(text, evidence, kinds)
+        if not conflicts:
+            return None
+        return Verdict.retry(self.feedback(f"{conflicts[0].message}. Correct the reply to match the tool result."))
