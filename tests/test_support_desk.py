@@ -21,7 +21,7 @@ pytest.importorskip("mcp")  # the ticket tool is an MCP server (the `mcp` extra,
 from hat.augment import Envelope, augment
 from hat.eval.episodes_file import evaluate_file, read_episodes_file, reference_outputs, run_episodes
 from hat.harness import Agent, Request, load_context_provider, load_harness, spec_of
-from hat.harness.loader import check_harness
+from hat.harness.loader import check_harness, save_harness
 from hat.harness.tools import import_harness_module
 from hat.models.scripted import ScriptedModel
 
@@ -299,3 +299,19 @@ def test_the_cli_on_the_example_never_imports_the_simulator():
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"codes": [0, 0, 0], "loaded": []}
+
+
+def test_a_written_variant_keeps_the_example_code_and_validates(tmp_path):
+    """save_harness copies the source folder's own files (the @tool module, the MCP server, the
+    data), so an HSA variant written to disk validates and runs like the in-memory one."""
+    harness = load_harness(EXAMPLE)
+    variant = augment(harness, 3, Envelope({"tool_rename": 1.0}, min_transforms=1)).harness
+    folder = save_harness(variant, tmp_path / "variant")
+    assert {"support_desk.py", "mcp_server.py", "data"} <= {p.name for p in folder.iterdir()}
+    assert not (folder / "__pycache__").exists()
+    reloaded = load_harness(folder)
+    assert reloaded.content_hash() == variant.content_hash()
+    result = run_episodes(
+        reloaded, read_episodes_file(EPISODES)[:5], _reference_model(reloaded, read_episodes_file(EPISODES)[:5])
+    )
+    assert result.summary()["score"] == 100.0

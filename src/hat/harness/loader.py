@@ -686,7 +686,10 @@ def save_harness(harness: Harness, folder: str | Path, overwrite: bool = False) 
     """Write ``harness`` in the on-disk layout. Loading the result gives an equal harness (same hash).
 
     Refuses to write into a non-empty folder unless ``overwrite`` (then the folder's skills/,
-    tools/ and prompts/ are replaced, so removed items do not linger)."""
+    tools/ and prompts/ are replaced, so removed items do not linger). The other files of the folder
+    the harness was loaded from (its own Python modules, an MCP server script, data) are copied
+    along, so a written variant validates and runs like its source; symlinks, dotfiles and
+    ``__pycache__`` are not copied."""
     root = Path(folder)
     if root.exists() and any(root.iterdir()) and not overwrite:
         raise HarnessError(f"{root} exists and is not empty; choose a new folder or pass overwrite=True")
@@ -719,12 +722,34 @@ def save_harness(harness: Harness, folder: str | Path, overwrite: bool = False) 
     (root / "prompts").mkdir(exist_ok=True)
     for block in harness.blocks:
         (root / "prompts" / f"{block.id}.md").write_text(block.template, encoding="utf-8")
+    _copy_companions(harness, root)
     hooks_file = root / "hooks.py"
     if harness.hooks_source:
         hooks_file.write_text(harness.hooks_source, encoding="utf-8")
     elif hooks_file.exists():
         hooks_file.unlink()
     return root
+
+
+_MANAGED = frozenset({"harness.yaml", "skills", "tools", "prompts", "hooks.py", "__pycache__"})
+
+
+def _copy_companions(harness: Harness, target: Path) -> None:
+    """Copy the source folder's files that the harness state does not hold (see :func:`save_harness`)."""
+    import shutil
+
+    source = Path(harness.root) if harness.root else None
+    if source is None or not source.is_dir() or source.resolve() == target.resolve():
+        return
+    ignore = shutil.ignore_patterns("__pycache__", ".*")
+    for entry in sorted(source.iterdir()):
+        if entry.name in _MANAGED or entry.name.startswith(".") or entry.is_symlink():
+            continue
+        destination = target / entry.name
+        if entry.is_dir():
+            shutil.copytree(entry, destination, symlinks=False, ignore=ignore, dirs_exist_ok=True)
+        elif entry.is_file():
+            shutil.copy2(entry, destination)
 
 
 def _safe_filename(name: str) -> str:
