@@ -2,12 +2,20 @@
 
 Options override a ``--config`` file, which overrides the defaults; every option defaults to
 ``None`` ("not given") so a config file's value is never silently replaced by a CLI default.
+
+One source of defaults: each option that sets a config field is declared once, in a table
+(:class:`OptionTable`) that names the field, holds the help text and builds both the option (its
+help ends with the field's default, read from the config, never typed here) and the overrides
+passed to the config. ``HatSFTConfig`` imports TRL, so its defaults are read from
+:mod:`hat.train.defaults` (stdlib only): ``hat --help`` stays fast. Fields HAT leaves at TRL's
+default say "TRL's". ``tests/test_train_options.py`` checks every help text against the dataclass.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +25,9 @@ from rich.table import Table
 
 from hat.cli.common import StepProgress, check_text_or_exit, error_exit, simulator_policies, stdout_to_stderr
 from hat.errors import HatError
+from hat.train.datagen_config import DatagenConfig
+from hat.train.defaults import SFT, field_defaults
+from hat.train.replay_config import ReplayConfig
 
 err = Console(stderr=True)
 out = Console()
@@ -42,39 +53,146 @@ def _thresholds(items: list[str] | None) -> dict[str, float] | None:
     return parsed
 
 
+# -- options that set config fields ---------------------------------------------------------------
+@dataclass(frozen=True)
+class ConfigOption:
+    """One CLI option that sets one config field.
+
+    ``help``: the text without the default (appended from the config). ``unset``: how to word a
+    default of ``None``/empty (what the config then does). ``required``: the command needs a value
+    (from the option or ``--config``), so no default is shown. ``convert``: the option's value to the
+    field's (default: a path becomes a string, an empty list "not given").
+    """
+
+    field: str
+    help: str
+    unset: str = "none"
+    required: bool = False
+    convert: Callable[[Any], Any] | None = None
+
+
+def _when_on(value: Any) -> Callable[[bool], Any]:
+    """``convert`` for an on-only flag: ``value`` when given, else "not given"."""
+    return lambda on: value if on else None
+
+
+def describe_default(value: Any, spec: ConfigOption, flags: tuple[str, ...] = ()) -> str:
+    """A config default as help text: the chosen flag of an ``--on/--off`` pair, on/off for a lone
+    flag, ``spec.unset`` for None or empty, ``%g`` for a float, ``k=v, …`` for a mapping."""
+    if isinstance(value, bool):
+        pair = next((f.split("/") for f in flags if "/" in f), None)
+        return (pair[0] if value else pair[1]) if pair else ("on" if value else "off")
+    if value is None or (isinstance(value, str | list | tuple | dict) and not value):
+        return spec.unset
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}={describe_default(v, spec)}" for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return ", ".join(str(v) for v in value)
+    return str(value)
+
+
+class OptionTable:
+    """The options of one command that set fields of one config, keyed by parameter name.
+
+    ``defaults``: the config's field defaults; a field missing there is ``inherited`` (e.g. from
+    TRL) and its help says so instead of copying a value.
+    """
+
+    def __init__(
+        self, config: str, defaults: Mapping[str, Any], options: dict[str, ConfigOption], *, inherited: str = ""
+    ) -> None:
+        self.config, self.defaults, self.options, self.inherited = config, defaults, options, inherited
+
+    def help(self, name: str, flags: tuple[str, ...] = (), default: Any = None) -> str:
+        """``name``'s help text, ending with the default it leaves the field at (``default``: the
+        option's own, ``False`` for a lone on-flag such as ``--resume``)."""
+        spec = self.options[name]
+        if default is False:  # a lone on-flag: not given leaves the field unset
+            return f"{spec.help} (default: off)"
+        if spec.required:
+            return f"{spec.help} (required, or {spec.field} in --config)"
+        if spec.field in self.defaults:
+            return f"{spec.help} (default: {describe_default(self.defaults[spec.field], spec, flags)})"
+        if not self.inherited:
+            raise KeyError(f"{self.config} has no default for {spec.field!r} (option {name!r})")
+        return f"{spec.help} (default: {self.inherited})"
+
+    def option(self, name: str, *flags: str, default: Any = None, **limits: Any) -> Any:
+        """The typer option for ``name`` (``flags``/``limits`` as for ``typer.Option``)."""
+        return typer.Option(default, *flags, help=self.help(name, flags, default), **limits)
+
+    def overrides(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """``{field: value}`` for the options given (``params``: the command's parsed parameters)."""
+        given: dict[str, Any] = {}
+        for name, spec in self.options.items():
+            value = params[name]
+            if spec.convert is not None:
+                value = spec.convert(value)
+            elif isinstance(value, Path):
+                value = str(value)
+            if value is not None and value != []:
+                given[spec.field] = value
+        return given
+
+
+# -- hat datagen ----------------------------------------------------------------------------------
+DATAGEN_OPTIONS = OptionTable(
+    "DatagenConfig",
+    field_defaults(DatagenConfig),
+    {
+        "n": ConfigOption("n_episodes", "Episodes to run"),
+        "seed": ConfigOption("seed", "Seed (same config → byte-identical dataset)"),
+        "hsa_ratio": ConfigOption("hsa_ratio", "Share of episodes under HSA variants"),
+        "teacher": ConfigOption("teacher", TEACHER_HELP),
+        "k": ConfigOption("k", "Samples per episode (model teachers need --temperature)"),
+        "temperature": ConfigOption("temperature", "Sampling temperature of a model teacher"),
+        "envelope": ConfigOption("envelope", "Change envelope: default | tools | prompt | <file.yaml>"),
+        "harness": ConfigOption("harness", "Production harness (folder or built-in name)"),
+        "fault_rate": ConfigOption("fault_rate", "Tool fault probability per call"),
+        "mode": ConfigOption("mode", "single | multi (several comments per request)"),
+        "max_examples": ConfigOption("max_examples", "Stop after this many accepted rows", unset="no limit"),
+        "comments_per_snapshot": ConfigOption(
+            "comments_per_snapshot", "Viewer comments per room snapshot and harness state (packing shares them)"
+        ),
+        "threshold": ConfigOption(
+            "thresholds", "DIM=MIN judge threshold (repeatable; replaces the defaults)", convert=_thresholds
+        ),
+        "fmt": ConfigOption("formats", "jsonl | parquet | arrow (repeatable)"),
+    },
+)
+_DG = DATAGEN_OPTIONS.option
+
+
 def datagen_command(
-    n: int | None = typer.Option(None, "--n", min=1, help="Episodes to run (default 100)."),
-    seed: int | None = typer.Option(None, min=0, help="Seed (same config → byte-identical dataset)."),
+    ctx: typer.Context,
+    n: int | None = _DG("n", "--n", min=1),
+    seed: int | None = _DG("seed", min=0),
     out_dir: Path = typer.Option(..., "--out", help="New or empty folder for data.jsonl, config.yaml, stats.json."),
     config: Path | None = typer.Option(None, "--config", help="DatagenConfig YAML; options override it."),
-    hsa_ratio: float | None = typer.Option(None, min=0.0, max=1.0, help="Share of episodes under HSA variants."),
-    teacher: str | None = typer.Option(None, help=TEACHER_HELP),
-    k: int | None = typer.Option(None, "--k", min=1, help="Samples per episode (model teachers need --temperature)."),
-    temperature: float | None = typer.Option(None, min=0.0, help="Sampling temperature of a model teacher."),
-    envelope: str | None = typer.Option(None, help="Change envelope: default | tools | prompt | <file.yaml>."),
-    harness: str | None = typer.Option(None, help="Production harness (folder or built-in name)."),
-    fault_rate: float | None = typer.Option(None, min=0.0, max=1.0, help="Tool fault probability per call."),
-    mode: str | None = typer.Option(None, help="single | multi (several comments per request)."),
-    max_examples: int | None = typer.Option(None, min=1, help="Stop after this many accepted rows."),
-    comments_per_snapshot: int | None = typer.Option(
-        None, min=1, help="Viewer comments per room snapshot and harness state (default 8; packing shares them)."
-    ),
-    threshold: list[str] | None = typer.Option(None, help="DIM=MIN judge threshold (repeatable; replaces defaults)."),
-    fmt: list[str] | None = typer.Option(None, "--format", help="jsonl | parquet | arrow (repeatable)."),
+    hsa_ratio: float | None = _DG("hsa_ratio", min=0.0, max=1.0),
+    teacher: str | None = _DG("teacher"),
+    k: int | None = _DG("k", "--k", min=1),
+    temperature: float | None = _DG("temperature", min=0.0),
+    envelope: str | None = _DG("envelope"),
+    harness: str | None = _DG("harness"),
+    fault_rate: float | None = _DG("fault_rate", min=0.0, max=1.0),
+    mode: str | None = _DG("mode"),
+    max_examples: int | None = _DG("max_examples", min=1),
+    comments_per_snapshot: int | None = _DG("comments_per_snapshot", min=1),
+    threshold: list[str] | None = _DG("threshold"),
+    fmt: list[str] | None = _DG("fmt", "--format"),
     as_json: bool = typer.Option(False, "--json", help="Print the stats as one JSON object on stdout."),
 ) -> None:
     """Generate HSA-SFT data: teacher trajectories under production/HSA harnesses, judge-filtered."""
-    from hat.train import DatagenConfig, generate_dataset
+    from hat.train import generate_dataset
 
     simulator_policies()  # a teacher may be any simulator policy (rule-reader too)
     check_text_or_exit(config, "datagen config")
     try:
         base = DatagenConfig.load(config) if config else DatagenConfig()
-        cfg = base.with_overrides(
-            n_episodes=n, seed=seed, hsa_ratio=hsa_ratio, teacher=teacher, k=k, temperature=temperature,
-            envelope=envelope, harness=harness, fault_rate=fault_rate, mode=mode, max_examples=max_examples,
-            comments_per_snapshot=comments_per_snapshot, thresholds=_thresholds(threshold), formats=fmt or None,
-        )  # fmt: skip
+        cfg = base.with_overrides(**DATAGEN_OPTIONS.overrides(ctx.params))  # the options above, through the table
         cfg.validate()
         with StepProgress("datagen", cfg.n_episodes) as advance, stdout_to_stderr(as_json):
             stats = generate_dataset(cfg, out_dir, progress=advance)
@@ -103,38 +221,72 @@ def _show_stats(stats: dict[str, Any]) -> None:
         out.print("rejected by: " + ", ".join(f"{k} {v}" for k, v in stats["rejected_by"].items()))
 
 
+# -- hat train sft --------------------------------------------------------------------------------
+SFT_OPTIONS = OptionTable(
+    "HatSFTConfig",
+    asdict(SFT),
+    {
+        "data": ConfigOption("data", "A hat datagen folder", required=True),
+        "out_dir": ConfigOption("output_dir", "Output folder (checkpoints, final adapter/model)", required=True),
+        "model": ConfigOption("model", "Base model: smollm2 | <checkpoint folder> | hf:<folder>"),
+        "lora": ConfigOption("use_lora", "LoRA adapter or full fine-tuning"),
+        "max_steps": ConfigOption("max_steps", "Optimizer steps; unset, num_train_epochs decides"),
+        "batch_size": ConfigOption(
+            "per_device_train_batch_size", "Per-device batch size: packs per step with packing, else rows"
+        ),
+        "grad_accum": ConfigOption("gradient_accumulation_steps", "Gradient accumulation steps"),
+        "lr": ConfigOption("learning_rate", "Learning rate, a LoRA rate by default; pass a smaller one with --full"),
+        "max_seq_length": ConfigOption("max_length", "Max tokens per row; longer rows are cut at the end"),
+        "lora_r": ConfigOption("lora_r", "LoRA rank"),
+        "save_steps": ConfigOption("save_steps", "Checkpoint every N steps"),
+        "seed": ConfigOption("seed", "Training seed (also picks --max-examples subsamples)"),
+        "max_examples": ConfigOption("max_examples", "Train on exactly N rows (seeded subsample)", unset="every row"),
+        "threads": ConfigOption("torch_threads", "torch CPU threads (1 is faster on a busy CPU)", unset="torch's"),
+        "packing": ConfigOption("packing", "Shared-prefix packing + trained-positions-only loss"),
+        "bf16": ConfigOption(
+            "autocast_bf16",
+            "bf16 autocast of the decoder, --packing only (without packing TRL's bf16 applies: on with a bf16 GPU)",
+            unset="on where the CPU/GPU has native bf16",
+        ),
+        "replay_data": ConfigOption("replay_data", "A hat datagen-general folder (general replay rows)"),
+        "replay_ratio": ConfigOption("replay_ratio", "General rows per livestream row (e.g. 0.25)"),
+        "resume": ConfigOption(
+            "resume_from_checkpoint", "Continue from the latest checkpoint in --out", convert=_when_on("latest")
+        ),
+        "fixed_harness": ConfigOption(
+            "fixed_harness",
+            "The baseline: production-harness rows only; pass the HSA run's --max-examples and --max-steps",
+            convert=_when_on(True),
+        ),
+    },
+    inherited="TRL's",
+)
+_SO = SFT_OPTIONS.option
+
+
 @train_app.command("sft")
 def sft_command(
-    data: Path | None = typer.Option(None, "--data", help="A hat datagen folder."),
-    out_dir: Path | None = typer.Option(None, "--out", help="Output folder (checkpoints, final adapter/model)."),
-    model: str | None = typer.Option(None, help="Base model: smollm2 | <checkpoint folder> | hf:<folder>."),
-    lora: bool | None = typer.Option(None, "--lora/--full", help="LoRA adapter (default) or full fine-tuning."),
-    max_steps: int | None = typer.Option(None, min=1, help="Optimizer steps."),
-    batch_size: int | None = typer.Option(
-        None, min=1, help="Per-device batch size: packs per step with packing (default 1), else rows."
-    ),
-    grad_accum: int | None = typer.Option(None, min=1, help="Gradient accumulation steps."),
-    lr: float | None = typer.Option(None, help="Learning rate (default 2e-4, a LoRA rate)."),
-    max_seq_length: int | None = typer.Option(None, min=16, help="Max tokens per row (default 2048)."),
-    lora_r: int | None = typer.Option(None, min=1, help="LoRA rank (default 16)."),
-    save_steps: int | None = typer.Option(None, min=1, help="Checkpoint every N steps (default 50)."),
-    seed: int | None = typer.Option(None, help="Training seed (also picks --max-examples subsamples)."),
-    max_examples: int | None = typer.Option(None, min=1, help="Train on exactly N rows (seeded subsample)."),
-    threads: int | None = typer.Option(None, min=1, help="torch CPU threads (1 is faster on a busy CPU)."),
-    packing: bool | None = typer.Option(
-        None, "--packing/--no-packing", help="Shared-prefix packing + trained-positions-only loss (default on)."
-    ),
-    bf16: bool | None = typer.Option(
-        None, "--bf16/--fp32", help="bf16 autocast of the decoder (default: on where the CPU/GPU has native bf16)."
-    ),
-    replay_data: Path | None = typer.Option(None, help="A hat datagen-general folder (general replay rows)."),
-    replay_ratio: float | None = typer.Option(None, min=0.0, help="General rows per livestream row (e.g. 0.25)."),
-    resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint in --out."),
-    fixed_harness: bool = typer.Option(
-        False,
-        "--fixed-harness",
-        help="The baseline: production-harness rows only; pass the HSA run's --max-examples and --max-steps.",
-    ),
+    ctx: typer.Context,
+    data: Path | None = _SO("data", "--data"),
+    out_dir: Path | None = _SO("out_dir", "--out"),
+    model: str | None = _SO("model"),
+    lora: bool | None = _SO("lora", "--lora/--full"),
+    max_steps: int | None = _SO("max_steps", min=1),
+    batch_size: int | None = _SO("batch_size", min=1),
+    grad_accum: int | None = _SO("grad_accum", min=1),
+    lr: float | None = _SO("lr"),
+    max_seq_length: int | None = _SO("max_seq_length", min=16),
+    lora_r: int | None = _SO("lora_r", min=1),
+    save_steps: int | None = _SO("save_steps", min=1),
+    seed: int | None = _SO("seed"),
+    max_examples: int | None = _SO("max_examples", min=1),
+    threads: int | None = _SO("threads", min=1),
+    packing: bool | None = _SO("packing", "--packing/--no-packing"),
+    bf16: bool | None = _SO("bf16", "--bf16/--fp32"),
+    replay_data: Path | None = _SO("replay_data"),
+    replay_ratio: float | None = _SO("replay_ratio", min=0.0),
+    resume: bool = _SO("resume", "--resume", default=False),
+    fixed_harness: bool = _SO("fixed_harness", "--fixed-harness", default=False),
     config: Path | None = typer.Option(None, "--config", help="HatSFTConfig YAML (any TRL field); options override."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object on stdout."),
 ) -> None:
@@ -142,16 +294,7 @@ def sft_command(
     from hat.train.sft import train_sft
 
     check_text_or_exit(config, "SFT config")
-    overrides = {
-        "data": None if data is None else str(data),
-        "output_dir": None if out_dir is None else str(out_dir),
-        "model": model, "use_lora": lora, "max_steps": max_steps, "per_device_train_batch_size": batch_size,
-        "gradient_accumulation_steps": grad_accum, "learning_rate": lr, "max_length": max_seq_length,
-        "lora_r": lora_r, "save_steps": save_steps, "seed": seed, "max_examples": max_examples,
-        "resume_from_checkpoint": "latest" if resume else None, "fixed_harness": fixed_harness or None,
-        "torch_threads": threads, "packing": packing, "autocast_bf16": bf16,
-        "replay_data": None if replay_data is None else str(replay_data), "replay_ratio": replay_ratio,
-    }  # fmt: skip
+    overrides = SFT_OPTIONS.overrides(ctx.params)  # the options above, through the table
     plain = not err.is_terminal  # a log: plain step lines instead of the Trainer's tqdm bar
     try:
         cfg = _sft_config(config, overrides | ({"disable_tqdm": True} if plain else {}))
@@ -211,35 +354,48 @@ def export_command(
 
 
 # -- hat datagen-general --------------------------------------------------------------------------
+REPLAY_OPTIONS = OptionTable(
+    "ReplayConfig",
+    field_defaults(ReplayConfig),
+    {
+        "n": ConfigOption("n", "Prompts to answer"),
+        "model": ConfigOption("model", "Model that answers: the base model (self-distillation) or any spec"),
+        "batch_size": ConfigOption("batch_size", "Prompts per generate_batch call"),
+        "max_new_tokens": ConfigOption("max_new_tokens", "Answer limit; cut answers are dropped"),
+        "dtype": ConfigOption(
+            "dtype", "Weights of a local model: auto | bfloat16 (~2x faster on CPUs with native bf16) | float32"
+        ),
+        "seed": ConfigOption("seed", "Seed of the prompt draw"),
+        "prompts": ConfigOption("prompts", "Prompts JSONL (relative: the current folder, then the repository)"),
+        "keep_truncated": ConfigOption("keep_truncated", "Keep or drop answers cut by --max-new-tokens"),
+        "exclude_source": ConfigOption("exclude_sources", "Skip prompts of this source (repeatable)"),
+    },
+)
+_RO = REPLAY_OPTIONS.option
+
+
 def datagen_general_command(
-    n: int | None = typer.Option(None, "--n", min=1, help="Prompts to answer (default 600)."),
+    ctx: typer.Context,
+    n: int | None = _RO("n", "--n", min=1),
     out_dir: Path = typer.Option(..., "--out", help="New folder (or an unfinished run of the same config: resumed)."),
-    model: str | None = typer.Option(None, help="Model that answers: the base model smollm2 (default) or any spec."),
-    batch_size: int | None = typer.Option(None, min=1, help="Prompts per generate_batch call (default 16)."),
-    max_new_tokens: int | None = typer.Option(None, min=1, help="Answer limit; cut answers are dropped (default 384)."),
-    dtype: str | None = typer.Option(
-        None, help="Weights of a local model: auto | bfloat16 (~2x faster on CPUs with native bf16) | float32."
-    ),
-    seed: int | None = typer.Option(None, min=0, help="Seed of the prompt draw (default 0)."),
-    prompts: str | None = typer.Option(None, help="Prompts JSONL (default ../shared/data/general/prompts.jsonl)."),
-    keep_truncated: bool | None = typer.Option(
-        None, "--keep-truncated/--drop-truncated", help="Keep answers cut by --max-new-tokens (default: drop)."
-    ),
-    exclude_source: list[str] | None = typer.Option(None, help="Skip prompts of this source (repeatable)."),
+    model: str | None = _RO("model"),
+    batch_size: int | None = _RO("batch_size", min=1),
+    max_new_tokens: int | None = _RO("max_new_tokens", min=1),
+    dtype: str | None = _RO("dtype"),
+    seed: int | None = _RO("seed", min=0),
+    prompts: str | None = _RO("prompts"),
+    keep_truncated: bool | None = _RO("keep_truncated", "--keep-truncated/--drop-truncated"),
+    exclude_source: list[str] | None = _RO("exclude_source"),
     config: Path | None = typer.Option(None, "--config", help="ReplayConfig YAML; options override it."),
     as_json: bool = typer.Option(False, "--json", help="Print the stats as one JSON object on stdout."),
 ) -> None:
     """General-instruction replay rows for SFT: the base model's own answers to general prompts."""
-    from hat.train.replay import ReplayConfig, generate_replay
+    from hat.train.replay import generate_replay
 
     check_text_or_exit(config, "replay config")
     try:
         base = ReplayConfig.load(config) if config else ReplayConfig()
-        cfg = base.with_overrides(
-            n=n, model=model, dtype=dtype, batch_size=batch_size, max_new_tokens=max_new_tokens, seed=seed,
-            prompts=prompts,
-            keep_truncated=keep_truncated, exclude_sources=exclude_source or None,
-        )  # fmt: skip
+        cfg = base.with_overrides(**REPLAY_OPTIONS.overrides(ctx.params))  # the options above, through the table
         cfg.validate()
         with StepProgress("datagen-general", cfg.n) as advance, stdout_to_stderr(as_json):
             stats = generate_replay(cfg, out_dir, progress=advance)

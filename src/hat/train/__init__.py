@@ -1,25 +1,31 @@
 """Training: HSA-SFT data generation (``datagen``), general replay rows (``replay``) and supervised
 fine-tuning on TRL (``sft``).
 
-Importing this package stays cheap: the datagen side needs only the simulator, the SFT side
-(TRL, transformers, PEFT, torch) is imported on first use of one of its names.
+Importing this package imports nothing: every name is imported on first use, so the CLI can read
+the light config modules (``datagen_config``, ``replay_config``, ``defaults``) to show defaults in
+its help without loading the simulator (datagen) or TRL, transformers, PEFT and torch (SFT).
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hat.train.datagen import (
-    char_spans_to_token_spans,
-    dataset_hash,
-    generate_dataset,
-    load_dataset,
-    load_rows,
-    segment_token_spans,
-    tokenize_chat,
-)
-from hat.train.datagen_config import DATAGEN_SEED_OFFSET, DatagenConfig
+if TYPE_CHECKING:
+    from hat.train.datagen import (
+        char_spans_to_token_spans,
+        dataset_hash,
+        generate_dataset,
+        load_dataset,
+        load_rows,
+        segment_token_spans,
+        tokenize_chat,
+    )
+    from hat.train.datagen_config import DATAGEN_SEED_OFFSET, DatagenConfig
+    from hat.train.replay import generate_replay
+    from hat.train.replay_config import ReplayConfig
+    from hat.train.sft import SFTResult, encode_row, match_example_counts, select_rows, train_sft
+    from hat.train.sft_config import HatSFTConfig
 
 __all__ = [
     "DATAGEN_SEED_OFFSET",
@@ -42,6 +48,15 @@ __all__ = [
 ]
 
 _LAZY = {
+    "DATAGEN_SEED_OFFSET": "hat.train.datagen_config",
+    "DatagenConfig": "hat.train.datagen_config",
+    "char_spans_to_token_spans": "hat.train.datagen",
+    "dataset_hash": "hat.train.datagen",
+    "generate_dataset": "hat.train.datagen",
+    "load_dataset": "hat.train.datagen",
+    "load_rows": "hat.train.datagen",
+    "segment_token_spans": "hat.train.datagen",
+    "tokenize_chat": "hat.train.datagen",
     "HatSFTConfig": "hat.train.sft_config",
     "ReplayConfig": "hat.train.replay_config",
     "generate_replay": "hat.train.replay",

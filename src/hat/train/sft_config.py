@@ -5,7 +5,8 @@ schedules, logging, checkpointing, accelerate/DeepSpeed settings) stays availabl
 the trainer receives this object as its ``args``; HAT adds only the model spec, the LoRA knobs and
 the data selection.
 
-Defaults that differ from TRL's, and why:
+Defaults that differ from TRL's, and why (the values live in :mod:`hat.train.defaults`, which the
+CLI reads without importing TRL, so ``hat train sft --help`` shows them and stays fast):
 
 - ``bf16``: TRL turns it on whenever ``fp16`` is off. Here it is resolved in ``__post_init__`` to
   *on only when a CUDA device supports bf16*; on CPU, bf16 autocast is slower and lossy.
@@ -54,6 +55,7 @@ import yaml
 from trl import SFTConfig
 
 from hat.errors import HatError
+from hat.train.defaults import SFT
 
 __all__ = ["HatSFTConfig"]
 
@@ -77,44 +79,62 @@ class HatSFTConfig(SFTConfig):
     same number of examples; give both the same ``max_steps`` too.
     """
 
-    model: str = field(default="smollm2", metadata={"help": "smollm2 | checkpoint folder | hf:<folder>"})
-    data: str = field(default="", metadata={"help": "A hat datagen folder."})
-    use_lora: bool = field(default=True, metadata={"help": "LoRA adapter (True) or full fine-tuning."})
-    lora_r: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.05
+    model: str = field(default=SFT.model, metadata={"help": "smollm2 | checkpoint folder | hf:<folder>"})
+    data: str = field(default=SFT.data, metadata={"help": "A hat datagen folder."})
+    use_lora: bool = field(default=SFT.use_lora, metadata={"help": "LoRA adapter (True) or full fine-tuning."})
+    lora_r: int = SFT.lora_r
+    lora_alpha: int = SFT.lora_alpha
+    lora_dropout: float = SFT.lora_dropout
     lora_target_modules: list[str] | str = field(
-        default="all-linear", metadata={"help": "Module names, or 'all-linear' (every linear layer but the head)."}
+        default=SFT.lora_target_modules,
+        metadata={"help": "Module names, or 'all-linear' (every linear layer but the head)."},
     )
-    fixed_harness: bool = field(default=False, metadata={"help": "Production-harness rows only (the baseline)."})
-    max_examples: int | None = field(default=None, metadata={"help": "Exactly this many rows (seeded subsample)."})
+    fixed_harness: bool = field(
+        default=SFT.fixed_harness, metadata={"help": "Production-harness rows only (the baseline)."}
+    )
+    max_examples: int | None = field(
+        default=SFT.max_examples, metadata={"help": "Exactly this many rows (seeded subsample)."}
+    )
     packing: bool = field(
-        default=True, metadata={"help": "Shared-prefix packing + trained-positions-only loss (False: TRL row by row)."}
+        default=SFT.packing,
+        metadata={"help": "Shared-prefix packing + trained-positions-only loss (False: TRL row by row)."},
     )
-    pack_max_rows: int = field(default=16, metadata={"help": "Rows per pack (they share one prompt prefix)."})
-    pack_max_tokens: int = field(default=8192, metadata={"help": "Tokens per pack, prefix counted once."})
+    pack_max_rows: int = field(
+        default=SFT.pack_max_rows, metadata={"help": "Rows per pack (they share one prompt prefix)."}
+    )
+    pack_max_tokens: int = field(
+        default=SFT.pack_max_tokens, metadata={"help": "Tokens per pack, prefix counted once."}
+    )
     packing_attention: str = field(
-        default="prefix-cache", metadata={"help": "prefix-cache (fast) | block-mask (the literal packed sequence)."}
+        default=SFT.packing_attention,
+        metadata={"help": "prefix-cache (fast) | block-mask (the literal packed sequence)."},
     )
     autocast_bf16: bool | None = field(
-        default=None, metadata={"help": "bf16 autocast of the decoder (None: on where the CPU/GPU has native bf16)."}
+        default=SFT.autocast_bf16,
+        metadata={"help": "bf16 autocast of the decoder (None: on where the CPU/GPU has native bf16)."},
     )
-    replay_data: str = field(default="", metadata={"help": "A hat datagen-general folder (general replay rows)."})
-    replay_ratio: float = field(default=0.0, metadata={"help": "General rows per livestream row (seeded subsample)."})
+    replay_data: str = field(
+        default=SFT.replay_data, metadata={"help": "A hat datagen-general folder (general replay rows)."}
+    )
+    replay_ratio: float = field(
+        default=SFT.replay_ratio, metadata={"help": "General rows per livestream row (seeded subsample)."}
+    )
     torch_threads: int | None = field(
-        default=None, metadata={"help": "torch CPU threads (None: torch's default). 1 is faster on a busy CPU."}
+        default=SFT.torch_threads,
+        metadata={"help": "torch CPU threads (None: torch's default). 1 is faster on a busy CPU."},
     )
 
-    learning_rate: float = 2e-4
-    bf16: bool | None = None  # type: ignore[assignment]  # None = resolve in __post_init__
-    activation_checkpointing: bool = False
-    gradient_checkpointing: bool = False  # deprecated alias (transformers 5); mirrors the field above
-    max_length: int | None = 2048
-    per_device_train_batch_size: int = 1
-    logging_steps: float = 5
-    save_steps: float = 50
-    save_total_limit: int | None = 2
-    report_to: str | list[str] | None = "none"
+    # TRL/transformers fields with HAT's defaults (reasons: the module docstring)
+    learning_rate: float = SFT.learning_rate
+    bf16: bool | None = SFT.bf16  # type: ignore[assignment]  # None = resolve in __post_init__
+    activation_checkpointing: bool = SFT.activation_checkpointing
+    gradient_checkpointing: bool = SFT.gradient_checkpointing  # deprecated alias (transformers 5); mirrors the above
+    max_length: int | None = SFT.max_length
+    per_device_train_batch_size: int = SFT.per_device_train_batch_size
+    logging_steps: float = SFT.logging_steps
+    save_steps: float = SFT.save_steps
+    save_total_limit: int | None = SFT.save_total_limit
+    report_to: str | list[str] | None = SFT.report_to
 
     def __post_init__(self) -> None:
         if self.bf16 is None:
