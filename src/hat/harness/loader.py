@@ -1,6 +1,6 @@
 """Load, validate and save a harness folder.
 
-Layout (see DESIGN.md)::
+Layout (see docs/architecture.md)::
 
     my-harness/
       harness.yaml            name, version, pipeline, limits, output, hooks, mcp_servers, settings

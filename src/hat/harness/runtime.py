@@ -1,4 +1,4 @@
-"""The agent runtime: one bounded loop per request, in the five named stages of DESIGN.md.
+"""The agent runtime: one bounded loop per request, in five named stages (docs/architecture.md).
 
 1. :meth:`Agent.load_context` - normalise the user turns (``input`` hooks), the request's context,
    history;
