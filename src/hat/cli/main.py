@@ -31,6 +31,8 @@ from hat.cli.compare_cmd import app as compare_app
 from hat.cli.eval_cmd import eval_command, sim_app
 from hat.cli.evolve_cmd import app as evolve_app
 from hat.cli.harness_cmd import app as harness_app
+from hat.cli.opd_cmd import opd_command
+from hat.cli.rl_cmd import rl_command
 from hat.cli.train_cmd import datagen_command, datagen_general_command, train_app
 from hat.demo import demo_records, reply_record
 from hat.errors import HatError
@@ -53,6 +55,8 @@ app.command("eval", epilog=EXIT_CODES_HELP)(eval_command)
 app.command("augment")(augment_command)
 app.command("datagen")(datagen_command)
 app.command("datagen-general")(datagen_general_command)
+train_app.command("opd")(opd_command)  # stages 2 and 3 (their modules import train_cmd's option tables)
+train_app.command("rl")(rl_command)
 app.add_typer(train_app, name="train")
 app.command("serve")(serve_command)
 app.add_typer(bench_app, name="bench")

@@ -31,7 +31,10 @@ from hat.train.replay_config import ReplayConfig
 
 err = Console(stderr=True)
 out = Console()
-train_app = typer.Typer(help="Train models on datagen rows (SFT).", no_args_is_help=True)
+train_app = typer.Typer(
+    help="Train: stage 1 SFT on datagen rows, stage 2 on-policy distillation, stage 3 HSA-RL; export.",
+    no_args_is_help=True,
+)
 
 TEACHER_HELP = "oracle (or another simulator policy) | openai:<base_url>#<model> | hf:<path> | smollm2"
 

@@ -1,0 +1,120 @@
+"""``hat train opd``: stage 2, on-policy distillation (a thin shell over :func:`hat.train.opd.train_opd`).
+
+Options override a ``--config`` file (any :class:`~hat.train.opd_config.HatOPDConfig` field, i.e.
+any TRL ``DistillationConfig`` field too), which overrides the defaults. As for ``hat train sft``,
+each option is declared once in :data:`OPD_OPTIONS`, whose help ends with the field's default read
+from :mod:`hat.train.opd_defaults` (no TRL import for ``--help``); fields HAT leaves at TRL's
+default say "TRL's".
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from hat.cli.common import StepProgress, check_text_or_exit, stdout_to_stderr
+from hat.cli.train_cmd import ConfigOption, OptionTable, _fail, _step_callback, _when_on
+from hat.errors import HatError
+from hat.train.opd_defaults import OPD
+
+__all__ = ["OPD_OPTIONS", "opd_command"]
+
+err = Console(stderr=True)
+
+OPD_OPTIONS = OptionTable(
+    "HatOPDConfig",
+    asdict(OPD),
+    {
+        "model": ConfigOption(
+            "model",
+            "The student: a `hat train sft` output folder (adapter or full checkpoint) or a spec",
+            required=True,
+        ),
+        "out_dir": ConfigOption("output_dir", "Output folder (checkpoints, final adapter/model, log)", required=True),
+        "teacher": ConfigOption("teacher", "Teacher model spec", unset="the student's base model"),
+        "prompts": ConfigOption("prompts", "General prompts JSONL (training only; id, source, prompt)"),
+        "n_prompts": ConfigOption("n_prompts", "Prompts drawn with --seed, each sampled once per epoch"),
+        "lora": ConfigOption("use_lora", "LoRA (an adapter student keeps training its adapter) or full fine-tuning"),
+        "max_steps": ConfigOption("max_steps", "Optimizer steps; unset, num_train_epochs decides"),
+        "batch_size": ConfigOption("per_device_train_batch_size", "Prompts sampled per step and device"),
+        "grad_accum": ConfigOption("gradient_accumulation_steps", "Gradient accumulation steps"),
+        "lr": ConfigOption("learning_rate", "Learning rate, a LoRA rate by default; pass a smaller one with --full"),
+        "max_new_tokens": ConfigOption(
+            "max_new_tokens", "Sampled answer limit", unset=f"max_completion_length, {OPD.max_completion_length}"
+        ),
+        "temperature": ConfigOption("temperature", "Sampling and loss temperature"),
+        "lora_r": ConfigOption("lora_r", "Rank of a new LoRA adapter (full-checkpoint student)"),
+        "save_steps": ConfigOption("save_steps", "Checkpoint every N steps"),
+        "seed": ConfigOption("seed", "Seed of the prompt draw, the sampling and a new adapter"),
+        "threads": ConfigOption("torch_threads", "torch CPU threads (1 is faster on a busy CPU)", unset="torch's"),
+        "resume": ConfigOption(
+            "resume_from_checkpoint",
+            "Continue from the latest complete checkpoint in --out",
+            convert=_when_on("latest"),
+        ),
+    },
+    inherited="TRL's",
+)
+_OO = OPD_OPTIONS.option
+
+
+def opd_command(
+    ctx: typer.Context,
+    model: str | None = _OO("model"),
+    out_dir: Path | None = _OO("out_dir", "--out"),
+    teacher: str | None = _OO("teacher"),
+    prompts: str | None = _OO("prompts"),
+    n_prompts: int | None = _OO("n_prompts", min=1),
+    lora: bool | None = _OO("lora", "--lora/--full"),
+    max_steps: int | None = _OO("max_steps", min=1),
+    batch_size: int | None = _OO("batch_size", min=1),
+    grad_accum: int | None = _OO("grad_accum", min=1),
+    lr: float | None = _OO("lr"),
+    max_new_tokens: int | None = _OO("max_new_tokens", min=1),
+    temperature: float | None = _OO("temperature"),
+    lora_r: int | None = _OO("lora_r", min=1),
+    save_steps: int | None = _OO("save_steps", min=1),
+    seed: int | None = _OO("seed"),
+    threads: int | None = _OO("threads", min=1),
+    resume: bool = _OO("resume", "--resume", default=False),
+    config: Path | None = typer.Option(None, "--config", help="HatOPDConfig YAML (any TRL field); options override."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object on stdout."),
+) -> None:
+    """On-policy distillation (stage 2): the student samples general prompts, the frozen base model
+    scores every token, the loss is the per-token reverse KL."""
+    from hat.train.opd import train_opd
+
+    check_text_or_exit(config, "OPD config")
+    plain = not err.is_terminal  # a log: plain step lines instead of the Trainer's tqdm bar
+    try:
+        cfg = _opd_config(config, OPD_OPTIONS.overrides(ctx.params) | ({"disable_tqdm": True} if plain else {}))
+        steps = cfg.max_steps if cfg.max_steps > 0 else None
+        with StepProgress("train opd", steps) as update, stdout_to_stderr(as_json):
+            result = train_opd(cfg, callbacks=[_step_callback(update)] if plain else [])
+    except (HatError, ValueError) as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        print(json.dumps(asdict(result), sort_keys=True))
+        return
+    kind = "LoRA adapter" if result.adapter else "full model"
+    err.print(
+        f"distilled {result.global_step} steps on {result.n_prompts} prompts toward {result.teacher}; "
+        f"mean reverse KL {result.train_loss:.4f}; {kind} in {result.output_dir} "
+        f"(load with --model hf:{result.output_dir}; per-step log {result.output_dir}/opd_log.jsonl)"
+    )
+
+
+def _opd_config(path: Path | None, overrides: dict[str, Any]) -> Any:
+    """Defaults < ``path`` < the options given; the student and the output folder are required."""
+    from hat.train.opd_config import HatOPDConfig
+
+    given = {k: v for k, v in overrides.items() if v is not None}
+    config = HatOPDConfig.from_yaml(path, **given) if path is not None else HatOPDConfig.from_dict(given)
+    if not config.model or ("output_dir" not in given and path is None):
+        raise HatError("give --model DIR (the stage-1 model) and --out DIR (or model/output_dir in --config)")
+    return config

@@ -1,0 +1,121 @@
+"""``hat train rl``: stage 3, HSA-RL with the segment-decomposed GDPO advantage (a thin shell over
+:mod:`hat.train.rl`).
+
+Options override a ``--config`` file (any :class:`~hat.train.rl_config.HatRLConfig` field, i.e. any
+TRL ``GRPOConfig`` field too), which overrides the defaults. Defaults come from
+:mod:`hat.train.rl_defaults` (stdlib only), so ``--help`` does not import TRL; fields HAT leaves at
+TRL's default say "TRL's".
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from hat.cli.common import StepProgress, check_text_or_exit, stdout_to_stderr
+from hat.cli.train_cmd import ConfigOption, OptionTable, _fail, _step_callback
+from hat.errors import HatError
+from hat.train.rl_defaults import ADVANTAGES, RL
+
+__all__ = ["RL_OPTIONS", "rl_command"]
+
+err = Console(stderr=True)
+
+RL_OPTIONS = OptionTable(
+    "HatRLConfig",
+    asdict(RL),
+    {
+        "out_dir": ConfigOption("output_dir", "Output folder (checkpoints, adapter/model, diagnostics)", required=True),
+        "model": ConfigOption("model", "Policy to start from: smollm2 | <checkpoint or adapter folder> | hf:<folder>"),
+        "harness": ConfigOption("harness", "Production harness (folder or built-in name)"),
+        "envelope": ConfigOption("envelope", "HSA change envelope: default | tools | prompt | <file.yaml>"),
+        "hsa_prob": ConfigOption("hsa_prob", "Probability that a group runs under a train-split HSA variant"),
+        "episodes": ConfigOption("n_episodes", "Simulator episodes to draw groups from"),
+        "episode_seed": ConfigOption("episode_seed", "Seed of the episodes (datagen-style; never an eval seed)"),
+        "fault_rate": ConfigOption("fault_rate", "Tool fault probability per call"),
+        "advantage": ConfigOption("advantage", f"Advantage: {' | '.join(ADVANTAGES)}"),
+        "cot_lambda": ConfigOption("cot_lambda", "λ, weight of the CoT-length term q(L)"),
+        "group_size": ConfigOption("num_generations", "Rollouts per group G (same episode and harness)"),
+        "batch_size": ConfigOption("per_device_train_batch_size", "Rollouts per step and device (a multiple of G)"),
+        "grad_accum": ConfigOption("gradient_accumulation_steps", "Gradient accumulation steps"),
+        "max_steps": ConfigOption("max_steps", "Optimizer steps; unset, num_train_epochs decides"),
+        "lr": ConfigOption("learning_rate", "Learning rate"),
+        "beta": ConfigOption("beta", "KL coefficient to the reference policy (0: no reference)"),
+        "temperature": ConfigOption("temperature", "Sampling temperature of the rollouts"),
+        "max_new_tokens": ConfigOption("max_new_tokens", "Tokens per model call", unset="the harness's limit"),
+        "lora": ConfigOption("use_lora", "LoRA adapter or full fine-tuning (an adapter --model is continued)"),
+        "lora_r": ConfigOption("lora_r", "LoRA rank"),
+        "save_steps": ConfigOption("save_steps", "Checkpoint every N steps"),
+        "seed": ConfigOption("seed", "Training seed (also seeds the coin flips and sampling)"),
+        "threads": ConfigOption("torch_threads", "torch CPU threads (1 is faster on a busy CPU)", unset="torch's"),
+    },
+    inherited="TRL's",
+)
+_RO = RL_OPTIONS.option
+
+
+def rl_command(
+    ctx: typer.Context,
+    out_dir: Path | None = _RO("out_dir", "--out"),
+    model: str | None = _RO("model"),
+    harness: str | None = _RO("harness"),
+    envelope: str | None = _RO("envelope"),
+    hsa_prob: float | None = _RO("hsa_prob", min=0.0, max=1.0),
+    episodes: int | None = _RO("episodes", min=1),
+    episode_seed: int | None = _RO("episode_seed", min=0),
+    fault_rate: float | None = _RO("fault_rate", min=0.0, max=1.0),
+    advantage: str | None = _RO("advantage"),
+    cot_lambda: float | None = _RO("cot_lambda", min=0.0),
+    group_size: int | None = _RO("group_size", "--group-size", "-G", min=2),
+    batch_size: int | None = _RO("batch_size", min=2),
+    grad_accum: int | None = _RO("grad_accum", min=1),
+    max_steps: int | None = _RO("max_steps", min=1),
+    lr: float | None = _RO("lr"),
+    beta: float | None = _RO("beta", min=0.0),
+    temperature: float | None = _RO("temperature"),
+    max_new_tokens: int | None = _RO("max_new_tokens", min=1),
+    lora: bool | None = _RO("lora", "--lora/--full"),
+    lora_r: int | None = _RO("lora_r", min=1),
+    save_steps: int | None = _RO("save_steps", min=1),
+    seed: int | None = _RO("seed"),
+    threads: int | None = _RO("threads", min=1),
+    config: Path | None = typer.Option(None, "--config", help="HatRLConfig YAML (any TRL field); options override."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object on stdout."),
+) -> None:
+    """HSA-RL (stage 3): multi-turn simulator rollouts, segment-decomposed GDPO, PPO-clip on TRL."""
+    from hat.train.rl import train_rl
+
+    check_text_or_exit(config, "RL config")
+    plain = not err.is_terminal  # a log: plain step lines instead of the Trainer's tqdm bar
+    try:
+        cfg = _rl_config(config, RL_OPTIONS.overrides(ctx.params) | ({"disable_tqdm": True} if plain else {}))
+        steps = cfg.max_steps if cfg.max_steps > 0 else None
+        with StepProgress("train rl", steps) as update, stdout_to_stderr(as_json):
+            result = train_rl(cfg, callbacks=[_step_callback(update)] if plain else [])
+    except (HatError, ValueError) as exc:
+        raise _fail(exc) from exc
+    if as_json:
+        print(json.dumps(asdict(result), sort_keys=True))
+        return
+    kind = "LoRA adapter" if result.adapter else "full model"
+    err.print(
+        f"trained {result.global_step} steps ({result.advantage} advantage) on {result.n_episodes} episodes; "
+        f"{kind} in {result.output_dir} (load with --model hf:{result.output_dir}); "
+        f"diagnostics {result.diagnostics}" + (f", plot {result.plot}" if result.plot else "")
+    )
+
+
+def _rl_config(path: Path | None, overrides: dict[str, Any]) -> Any:
+    """Defaults < ``path`` < the options given; the output folder is required."""
+    from hat.train.rl_config import HatRLConfig
+
+    given = {k: v for k, v in overrides.items() if v is not None}
+    config = HatRLConfig.from_yaml(path, **given) if path is not None else HatRLConfig.from_dict(given)
+    if "output_dir" not in given and path is None:
+        raise HatError("give --out DIR (or output_dir in --config)")
+    return config
