@@ -30,15 +30,16 @@ def main() -> None:
 
     from hat.train import DatagenConfig, generate_dataset, load_rows
     from hat.train.packing import pack_loss, pack_rows, unpacked_loss
-    from hat.train.sft import _lora, encode_rows, load_base
+    from hat.train.sft import encode_rows, load_base
     from hat.train.sft_config import HatSFTConfig
+    from hat.train.trl_configs import lora_config
 
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data"
         generate_dataset(DatagenConfig(n_episodes=8, seed=0, hsa_ratio=0.0, comments_per_snapshot=8), data)
         rows = load_rows(data)[: args.rows]
     model, tokenizer, _ = load_base("smollm2")
-    lora = get_peft_model(model, _lora(HatSFTConfig(output_dir=tmp, lora_dropout=0.0)))
+    lora = get_peft_model(model, lora_config(HatSFTConfig(output_dir=tmp, lora_dropout=0.0)))
     encoded, _ = encode_rows(rows, tokenizer, 4096)
     (pack,) = pack_rows(encoded, max_rows=len(encoded))
     paths: list[tuple[str, Any, int]] = [

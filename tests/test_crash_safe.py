@@ -139,16 +139,16 @@ def _checkpoint(folder: Path, *, state: str | None, weights: bool) -> None:
 
 
 def test_half_written_checkpoint_is_skipped_on_resume(tmp_path: Path) -> None:
-    from hat.train.sft import _resume_arg
+    from hat.train.checkpoints import resume_checkpoint
 
     _checkpoint(tmp_path / "checkpoint-2", state='{"global_step": 2}', weights=True)
     _checkpoint(tmp_path / "checkpoint-4", state='{"global_st', weights=True)  # torn trainer_state.json
     _checkpoint(tmp_path / "checkpoint-6", state=None, weights=False)  # crash before the weights landed
     config = SimpleNamespace(resume_from_checkpoint="latest", output_dir=str(tmp_path))
-    assert _resume_arg(config) == str(tmp_path / "checkpoint-2")  # type: ignore[arg-type]
+    assert resume_checkpoint(config) == str(tmp_path / "checkpoint-2")  # type: ignore[arg-type]
     named = SimpleNamespace(resume_from_checkpoint=str(tmp_path / "checkpoint-4"), output_dir=str(tmp_path))
     with pytest.raises(HatError, match="incomplete"):
-        _resume_arg(named)  # type: ignore[arg-type]
+        resume_checkpoint(named)  # type: ignore[arg-type]
     (tmp_path / "checkpoint-2" / "adapter_model.safetensors").unlink()
     with pytest.raises(HatError, match=r"no complete checkpoint.*checkpoint-6.*checkpoint-4.*checkpoint-2"):
-        _resume_arg(config)  # type: ignore[arg-type]
+        resume_checkpoint(config)  # type: ignore[arg-type]

@@ -26,7 +26,7 @@ from hat.harness.loader import load_harness
 from hat.harness.runtime import Agent, Request
 from hat.models.base import Model
 from hat.models.scripted import ScriptedModel
-from hat.train.datagen import _conversation, _Recorder
+from hat.train.datagen import RecordingModel, recorded_conversation
 from hat.train.datagen_config import DatagenConfig
 from hat.train.gdpo import scatter_to_tokens
 from hat.train.rollouts import RolloutJob, RolloutRunner, rollout_tokens
@@ -110,10 +110,10 @@ REPLY = '<think>Answer now.</think>\n<reply>{"reply": "Thanks for asking!"}'
 
 def test_rollout_tokens_label_each_segment_on_a_scripted_trace(mini_harness_dir: Path) -> None:
     harness = load_harness(str(mini_harness_dir))
-    recorder = _Recorder(ScriptedModel([CALL, "no protocol here", REPLY]))
+    recorder = RecordingModel(ScriptedModel([CALL, "no protocol here", REPLY]))
     trace = Agent(harness, recorder).respond(Request.of("how much is the mug?")).trace
     assert [r.action for r in trace.rounds] == ["tool_calls", "invalid", "reply"]
-    messages = _conversation(recorder, trace)
+    messages = recorded_conversation(recorder, trace)
     tokenizer = build_tokenizer([m["content"] for m in messages], vocab_size=400)
     tokens = rollout_tokens(messages, trace.rounds, tokenizer)
 
@@ -149,9 +149,9 @@ def test_rollout_tokens_label_each_segment_on_a_scripted_trace(mini_harness_dir:
 
 def test_rollout_tokens_reject_a_conversation_without_the_rounds(mini_harness_dir: Path) -> None:
     harness = load_harness(str(mini_harness_dir))
-    recorder = _Recorder(ScriptedModel([REPLY]))
+    recorder = RecordingModel(ScriptedModel([REPLY]))
     trace = Agent(harness, recorder).respond(Request.of("hi")).trace
-    messages = _conversation(recorder, trace)
+    messages = recorded_conversation(recorder, trace)
     tokenizer = build_tokenizer([m["content"] for m in messages], vocab_size=300)
     with pytest.raises(HatError, match="assistant turns"):
         rollout_tokens(messages[:-1], trace.rounds, tokenizer)
@@ -159,10 +159,10 @@ def test_rollout_tokens_reject_a_conversation_without_the_rounds(mini_harness_di
 
 def test_a_rollout_without_policy_tokens_is_inert(mini_harness_dir: Path) -> None:
     harness = load_harness(str(mini_harness_dir))
-    recorder = _Recorder(ScriptedModel([]))  # the backend fails on the first call
+    recorder = RecordingModel(ScriptedModel([]))  # the backend fails on the first call
     trace = Agent(harness, recorder).respond(Request.of("hi")).trace
     assert trace.status == "error"
-    messages = _conversation(recorder, trace)
+    messages = recorded_conversation(recorder, trace)
     tokenizer = build_tokenizer([m["content"] for m in messages], vocab_size=300)
     tokens = rollout_tokens(messages, trace.rounds, tokenizer)
     assert tokens.completion_ids == [tokenizer.eos_token_id] and tokens.env_mask == [0]

@@ -21,6 +21,7 @@ import typer
 
 from hat.cli.main import app
 from hat.cli.train_cmd import DATAGEN_OPTIONS, REPLAY_OPTIONS, SFT_OPTIONS, OptionTable
+from hat.errors import HatError
 from hat.train.datagen_config import DatagenConfig
 from hat.train.defaults import SFT
 from hat.train.replay_config import ReplayConfig
@@ -162,3 +163,93 @@ def test_sft_help_shows_defaults_without_importing_trl() -> None:
     shown = json.loads(proc.stdout)
     assert shown["code"] == 0 and shown["heavy"] == []
     assert f"(default: {SFT.learning_rate:g})" in shown["help"] and f"(default: {SFT.max_length})" in shown["help"]
+
+
+# -- what hat train sft / opd / rl share ----------------------------------------------------------
+def _stage_config(name: str) -> tuple[Any, str]:
+    """An instance of the stage's config and the TRL config it extends (TRL imported only here)."""
+    pytest.importorskip("trl")
+    if name == "sft":
+        from hat.train.sft_config import HatSFTConfig
+
+        return HatSFTConfig(data="d"), "trl.SFTConfig"
+    if name == "opd":
+        from hat.train.opd_config import HatOPDConfig
+
+        return HatOPDConfig(model="m"), "trl.DistillationConfig"
+    from hat.train.rl_config import HatRLConfig
+
+    return HatRLConfig(), "trl.GRPOConfig"
+
+
+@pytest.mark.parametrize("stage", ["sft", "opd", "rl"])
+def test_every_stage_config_round_trips_through_yaml_without_secrets(stage: str, tmp_path: Path) -> None:
+    from hat.train.trl_configs import lora_config
+
+    config, trl_name = _stage_config(stage)
+    config.hub_token = "hf_secret"
+    cls, kind = type(config), stage.upper()
+    written = config.save_yaml(tmp_path / "c.yaml")
+    text = written.read_text(encoding="utf-8")
+    assert "hf_secret" not in text and "hub_token" not in text and "<" not in text  # no secret, no mask
+    loaded = cls.from_yaml(written, seed=7, model=None)  # None: not given, the file's value stays
+    assert loaded.to_yaml_dict() == {**config.to_yaml_dict(), "seed": 7}
+    if stage == "sft":  # its template tokens are not secrets: written back, so the file reloads the same
+        assert (loaded.eos_token, loaded.pad_token) == (config.eos_token, config.pad_token)
+    unknown = rf"unknown {kind} config key\(s\) \['lora_rank'\]; see {cls.__name__} / {trl_name} for the fields"
+    with pytest.raises(HatError, match=unknown):
+        cls.from_dict({"lora_rank": 8})
+    (tmp_path / "list.yaml").write_text("- 1\n", encoding="utf-8")
+    with pytest.raises(HatError, match=f"an {kind} config is a YAML mapping"):
+        cls.from_yaml(tmp_path / "list.yaml")
+    pytest.importorskip("peft")
+    lora = lora_config(config)
+    assert (lora.r, lora.lora_alpha, lora.lora_dropout) == (config.lora_r, config.lora_alpha, config.lora_dropout)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Result:
+    global_step: int
+    output_dir: str
+
+
+def test_run_training_prints_json_or_a_summary_and_reports_steps(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("transformers")
+    from types import SimpleNamespace
+
+    from hat.cli.train_cmd import run_training
+
+    seen: dict[str, Any] = {}
+
+    def make_config(extra: dict[str, Any]) -> Any:
+        seen["extra"] = extra
+        return SimpleNamespace(max_steps=2)
+
+    def train(config: Any, *, callbacks: list[Any]) -> _Result:
+        print("a library's own line")  # under --json it must not reach stdout
+        for step in (1, 2):
+            for callback in callbacks:
+                callback.on_step_end(None, SimpleNamespace(global_step=step, max_steps=2), None)
+        return _Result(2, "o")
+
+    run_training("train x", train, make_config, as_json=True, summary=lambda r: f"did {r.global_step} steps")
+    shown = capsys.readouterr()
+    assert json.loads(shown.out) == {"global_step": 2, "output_dir": "o"}
+    assert seen["extra"] == {"disable_tqdm": True}  # a log, not a terminal: plain step lines instead of tqdm
+    assert "train x: 2/2 (100%)" in shown.err and "a library's own line" in shown.err and "did" not in shown.err
+    run_training("train x", train, make_config, as_json=False, summary=lambda r: f"did {r.global_step} steps")
+    shown = capsys.readouterr()
+    assert "did 2 steps" in shown.err and "{" not in shown.out
+
+
+def test_run_training_turns_a_bad_config_into_one_error_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from hat.cli.train_cmd import run_training
+
+    def bad_config(extra: dict[str, Any]) -> Any:
+        raise HatError("give --out DIR")
+
+    with pytest.raises(typer.Exit) as exited:
+        run_training("train x", lambda *a, **k: None, bad_config, as_json=True, summary=str)
+    assert exited.value.exit_code == 2
+    shown = capsys.readouterr()
+    assert shown.out == "" and shown.err.strip() == "error: give --out DIR"

@@ -9,22 +9,17 @@ default say "TRL's".
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 
-from hat.cli.common import StepProgress, check_text_or_exit, stdout_to_stderr
-from hat.cli.train_cmd import ConfigOption, OptionTable, _fail, _step_callback, _when_on
-from hat.errors import HatError
+from hat.cli.common import check_text_or_exit
+from hat.cli.train_cmd import ConfigOption, OptionTable, load_training_config, run_training, when_on
 from hat.train.opd_defaults import OPD
 
 __all__ = ["OPD_OPTIONS", "opd_command"]
-
-err = Console(stderr=True)
 
 OPD_OPTIONS = OptionTable(
     "HatOPDConfig",
@@ -55,7 +50,7 @@ OPD_OPTIONS = OptionTable(
         "resume": ConfigOption(
             "resume_from_checkpoint",
             "Continue from the latest complete checkpoint in --out",
-            convert=_when_on("latest"),
+            convert=when_on("latest"),
         ),
     },
     inherited="TRL's",
@@ -90,19 +85,19 @@ def opd_command(
     from hat.train.opd import train_opd
 
     check_text_or_exit(config, "OPD config")
-    plain = not err.is_terminal  # a log: plain step lines instead of the Trainer's tqdm bar
-    try:
-        cfg = _opd_config(config, OPD_OPTIONS.overrides(ctx.params) | ({"disable_tqdm": True} if plain else {}))
-        steps = cfg.max_steps if cfg.max_steps > 0 else None
-        with StepProgress("train opd", steps) as update, stdout_to_stderr(as_json):
-            result = train_opd(cfg, callbacks=[_step_callback(update)] if plain else [])
-    except (HatError, ValueError) as exc:
-        raise _fail(exc) from exc
-    if as_json:
-        print(json.dumps(asdict(result), sort_keys=True))
-        return
+    overrides = OPD_OPTIONS.overrides(ctx.params)
+    run_training(
+        "train opd",
+        train_opd,
+        lambda extra: _opd_config(config, overrides | extra),
+        as_json=as_json,
+        summary=_summary,
+    )
+
+
+def _summary(result: Any) -> str:
     kind = "LoRA adapter" if result.adapter else "full model"
-    err.print(
+    return (
         f"distilled {result.global_step} steps on {result.n_prompts} prompts toward {result.teacher}; "
         f"mean reverse KL {result.train_loss:.4f}; {kind} in {result.output_dir} "
         f"(load with --model hf:{result.output_dir}; per-step log {result.output_dir}/opd_log.jsonl)"
@@ -113,8 +108,5 @@ def _opd_config(path: Path | None, overrides: dict[str, Any]) -> Any:
     """Defaults < ``path`` < the options given; the student and the output folder are required."""
     from hat.train.opd_config import HatOPDConfig
 
-    given = {k: v for k, v in overrides.items() if v is not None}
-    config = HatOPDConfig.from_yaml(path, **given) if path is not None else HatOPDConfig.from_dict(given)
-    if not config.model or ("output_dir" not in given and path is None):
-        raise HatError("give --model DIR (the stage-1 model) and --out DIR (or model/output_dir in --config)")
-    return config
+    hint = "give --model DIR (the stage-1 model) and --out DIR (or model/output_dir in --config)"
+    return load_training_config(HatOPDConfig, path, overrides, required="model", hint=hint)

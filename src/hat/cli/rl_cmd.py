@@ -9,22 +9,17 @@ TRL's default say "TRL's".
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 
-from hat.cli.common import StepProgress, check_text_or_exit, stdout_to_stderr
-from hat.cli.train_cmd import ConfigOption, OptionTable, _fail, _step_callback
-from hat.errors import HatError
+from hat.cli.common import check_text_or_exit
+from hat.cli.train_cmd import ConfigOption, OptionTable, load_training_config, run_training
 from hat.train.rl_defaults import ADVANTAGES, RL
 
 __all__ = ["RL_OPTIONS", "rl_command"]
-
-err = Console(stderr=True)
 
 RL_OPTIONS = OptionTable(
     "HatRLConfig",
@@ -91,19 +86,19 @@ def rl_command(
     from hat.train.rl import train_rl
 
     check_text_or_exit(config, "RL config")
-    plain = not err.is_terminal  # a log: plain step lines instead of the Trainer's tqdm bar
-    try:
-        cfg = _rl_config(config, RL_OPTIONS.overrides(ctx.params) | ({"disable_tqdm": True} if plain else {}))
-        steps = cfg.max_steps if cfg.max_steps > 0 else None
-        with StepProgress("train rl", steps) as update, stdout_to_stderr(as_json):
-            result = train_rl(cfg, callbacks=[_step_callback(update)] if plain else [])
-    except (HatError, ValueError) as exc:
-        raise _fail(exc) from exc
-    if as_json:
-        print(json.dumps(asdict(result), sort_keys=True))
-        return
+    overrides = RL_OPTIONS.overrides(ctx.params)
+    run_training(
+        "train rl",
+        train_rl,
+        lambda extra: _rl_config(config, overrides | extra),
+        as_json=as_json,
+        summary=_summary,
+    )
+
+
+def _summary(result: Any) -> str:
     kind = "LoRA adapter" if result.adapter else "full model"
-    err.print(
+    return (
         f"trained {result.global_step} steps ({result.advantage} advantage) on {result.n_episodes} episodes; "
         f"{kind} in {result.output_dir} (load with --model hf:{result.output_dir}); "
         f"diagnostics {result.diagnostics}" + (f", plot {result.plot}" if result.plot else "")
@@ -114,8 +109,5 @@ def _rl_config(path: Path | None, overrides: dict[str, Any]) -> Any:
     """Defaults < ``path`` < the options given; the output folder is required."""
     from hat.train.rl_config import HatRLConfig
 
-    given = {k: v for k, v in overrides.items() if v is not None}
-    config = HatRLConfig.from_yaml(path, **given) if path is not None else HatRLConfig.from_dict(given)
-    if "output_dir" not in given and path is None:
-        raise HatError("give --out DIR (or output_dir in --config)")
-    return config
+    hint = "give --out DIR (or output_dir in --config)"
+    return load_training_config(HatRLConfig, path, overrides, required="", hint=hint)

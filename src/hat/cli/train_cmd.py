@@ -9,6 +9,10 @@ help ends with the field's default, read from the config, never typed here) and 
 passed to the config. ``HatSFTConfig`` imports TRL, so its defaults are read from
 :mod:`hat.train.defaults` (stdlib only): ``hat --help`` stays fast. Fields HAT leaves at TRL's
 default say "TRL's". ``tests/test_train_options.py`` checks every help text against the dataclass.
+
+``hat train sft``, ``opd`` and ``rl`` (:mod:`hat.cli.opd_cmd`, :mod:`hat.cli.rl_cmd`) share the rest:
+:func:`load_training_config` (defaults < ``--config`` < options) and :func:`run_training` (progress,
+``--json``, one error line).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from hat.cli.common import StepProgress, check_text_or_exit, error_exit, simulator_policies, stdout_to_stderr
+from hat.cli.common import StepProgress, check_text_or_exit, error_exit, fail, simulator_policies, stdout_to_stderr
 from hat.errors import HatError
 from hat.train.datagen_config import DatagenConfig
 from hat.train.defaults import SFT, field_defaults
@@ -37,11 +41,6 @@ train_app = typer.Typer(
 )
 
 TEACHER_HELP = "oracle (or another simulator policy) | openai:<base_url>#<model> | hf:<path> | smollm2"
-
-
-def _fail(exc: Exception) -> typer.Exit:
-    err.print(f"error: {exc}", markup=False, soft_wrap=True, highlight=False)
-    return typer.Exit(error_exit(exc))
 
 
 def _thresholds(items: list[str] | None) -> dict[str, float] | None:
@@ -74,7 +73,7 @@ class ConfigOption:
     convert: Callable[[Any], Any] | None = None
 
 
-def _when_on(value: Any) -> Callable[[bool], Any]:
+def when_on(value: Any) -> Callable[[bool], Any]:
     """``convert`` for an on-only flag: ``value`` when given, else "not given"."""
     return lambda on: value if on else None
 
@@ -140,6 +139,56 @@ class OptionTable:
         return given
 
 
+# -- shared by hat train sft / opd / rl -----------------------------------------------------------
+def load_training_config(cls: Any, path: Path | None, overrides: dict[str, Any], *, required: str, hint: str) -> Any:
+    """``cls`` (a TRL config subclass) from its defaults < the file at ``path`` < ``overrides``
+    (``None``: not given). ``required`` (a field name, or "") must end up set and the output folder
+    must come from an option or the file (TRL has a default of its own); else ``HatError(hint)``."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    config = cls.from_yaml(path, **given) if path is not None else cls.from_dict(given)
+    if (required and not getattr(config, required)) or ("output_dir" not in given and path is None):
+        raise HatError(hint)
+    return config
+
+
+def run_training(
+    label: str,
+    train: Callable[..., Any],
+    make_config: Callable[[dict[str, Any]], Any],
+    *,
+    as_json: bool,
+    summary: Callable[[Any], str],
+) -> None:
+    """Build the config (``make_config(extra)``: ``extra`` holds the overrides this function adds),
+    run ``train(config, callbacks=…)`` with progress on stderr and print the result: one JSON object
+    on stdout with ``--json``, else ``summary(result)`` on stderr. A bad config or input exits with
+    one error line. In a log (stderr not a terminal) the Trainer's tqdm bar is off and plain step
+    lines report the progress instead."""
+    plain = not err.is_terminal
+    try:
+        cfg = make_config({"disable_tqdm": True} if plain else {})
+        steps = cfg.max_steps if cfg.max_steps > 0 else None
+        with StepProgress(label, steps) as update, stdout_to_stderr(as_json):
+            result = train(cfg, callbacks=[_step_callback(update)] if plain else [])
+    except (HatError, ValueError) as exc:
+        fail(exc, error_exit(exc))
+    if as_json:
+        print(json.dumps(asdict(result), sort_keys=True))
+        return
+    err.print(summary(result))
+
+
+def _step_callback(update: Any) -> Any:
+    """A Trainer callback that reports ``update(global_step, max_steps)`` after every step."""
+    from transformers import TrainerCallback
+
+    class _Steps(TrainerCallback):  # type: ignore[misc]
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            update(state.global_step, state.max_steps or None)
+
+    return _Steps()
+
+
 # -- hat datagen ----------------------------------------------------------------------------------
 DATAGEN_OPTIONS = OptionTable(
     "DatagenConfig",
@@ -200,7 +249,7 @@ def datagen_command(
         with StepProgress("datagen", cfg.n_episodes) as advance, stdout_to_stderr(as_json):
             stats = generate_dataset(cfg, out_dir, progress=advance)
     except (HatError, ValueError) as exc:
-        raise _fail(exc) from exc
+        fail(exc, error_exit(exc))
     if as_json:
         print(json.dumps(stats, sort_keys=True))
         return
@@ -254,12 +303,12 @@ SFT_OPTIONS = OptionTable(
         "replay_data": ConfigOption("replay_data", "A hat datagen-general folder (general replay rows)"),
         "replay_ratio": ConfigOption("replay_ratio", "General rows per livestream row (e.g. 0.25)"),
         "resume": ConfigOption(
-            "resume_from_checkpoint", "Continue from the latest checkpoint in --out", convert=_when_on("latest")
+            "resume_from_checkpoint", "Continue from the latest checkpoint in --out", convert=when_on("latest")
         ),
         "fixed_harness": ConfigOption(
             "fixed_harness",
             "The baseline: production-harness rows only; pass the HSA run's --max-examples and --max-steps",
-            convert=_when_on(True),
+            convert=when_on(True),
         ),
     },
     inherited="TRL's",
@@ -298,44 +347,29 @@ def sft_command(
 
     check_text_or_exit(config, "SFT config")
     overrides = SFT_OPTIONS.overrides(ctx.params)  # the options above, through the table
-    plain = not err.is_terminal  # a log: plain step lines instead of the Trainer's tqdm bar
-    try:
-        cfg = _sft_config(config, overrides | ({"disable_tqdm": True} if plain else {}))
-        steps = cfg.max_steps if cfg.max_steps > 0 else None
-        with StepProgress("train sft", steps) as update, stdout_to_stderr(as_json):
-            result = train_sft(cfg, callbacks=[_step_callback(update)] if plain else [])
-    except (HatError, ValueError) as exc:
-        raise _fail(exc) from exc
-    if as_json:
-        print(json.dumps(asdict(result), sort_keys=True))
-        return
-    kind = "LoRA adapter" if result.adapter else "full model"
-    err.print(
-        f"trained {result.global_step} steps on {result.n_examples} rows ({result.n_truncated} truncated); "
-        f"loss {result.train_loss:.4f}; {kind} in {result.output_dir} (load with --model hf:{result.output_dir})"
+    run_training(
+        "train sft",
+        train_sft,
+        lambda extra: _sft_config(config, overrides | extra),
+        as_json=as_json,
+        summary=_sft_summary,
     )
 
 
-def _step_callback(update: Any) -> Any:
-    """A Trainer callback that reports ``update(global_step, max_steps)`` after every step."""
-    from transformers import TrainerCallback
-
-    class _Steps(TrainerCallback):  # type: ignore[misc]
-        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            update(state.global_step, state.max_steps or None)
-
-    return _Steps()
+def _sft_summary(result: Any) -> str:
+    kind = "LoRA adapter" if result.adapter else "full model"
+    return (
+        f"trained {result.global_step} steps on {result.n_examples} rows ({result.n_truncated} truncated); "
+        f"loss {result.train_loss:.4f}; {kind} in {result.output_dir} (load with --model hf:{result.output_dir})"
+    )
 
 
 def _sft_config(path: Path | None, overrides: dict[str, Any]) -> Any:
     """Defaults < ``path`` < the options given; data and output folders are required."""
     from hat.train.sft_config import HatSFTConfig
 
-    given = {k: v for k, v in overrides.items() if v is not None}
-    config = HatSFTConfig.from_yaml(path, **given) if path is not None else HatSFTConfig.from_dict(given)
-    if not config.data or ("output_dir" not in given and path is None):
-        raise HatError("give --data DIR and --out DIR (or data/output_dir in --config)")
-    return config
+    hint = "give --data DIR and --out DIR (or data/output_dir in --config)"
+    return load_training_config(HatSFTConfig, path, overrides, required="data", hint=hint)
 
 
 @train_app.command("export")
@@ -351,7 +385,7 @@ def export_command(
     try:
         folder = export_adapter(src, dst, dtype=dtype, card_notes=notes.read_text(encoding="utf-8") if notes else "")
     except (HatError, OSError) as exc:
-        raise _fail(exc) from exc
+        fail(exc, error_exit(exc))
     size = (folder / "adapter_model.safetensors").stat().st_size / 1e6
     err.print(f"exported {src} → {folder} ({size:.1f} MB); load with --model hf:{folder}")
 
@@ -403,7 +437,7 @@ def datagen_general_command(
         with StepProgress("datagen-general", cfg.n) as advance, stdout_to_stderr(as_json):
             stats = generate_replay(cfg, out_dir, progress=advance)
     except (HatError, ValueError) as exc:
-        raise _fail(exc) from exc
+        fail(exc, error_exit(exc))
     if as_json:
         print(json.dumps(stats, sort_keys=True))
         return

@@ -61,6 +61,7 @@ from hat.train.datagen_config import DatagenConfig
 
 __all__ = [
     "DATA_FILE",
+    "RecordingModel",
     "TokenizedChat",
     "char_spans_to_token_spans",
     "datagen_episodes",
@@ -69,6 +70,7 @@ __all__ = [
     "load_dataset",
     "load_rows",
     "message_segments",
+    "recorded_conversation",
     "segment_token_spans",
     "tokenize_chat",
 ]
@@ -124,8 +126,10 @@ def choose_harness(
 
 
 # -- the teacher ----------------------------------------------------------------------------------
-class _Recorder:
-    """Delegates to a model and remembers the messages of the last call (see the module docstring)."""
+class RecordingModel:
+    """Delegates to a model and remembers the messages of the last call (see the module docstring);
+    :func:`recorded_conversation` turns them into a training conversation. Used by ``hat datagen``
+    for the teacher and by RL rollouts (:mod:`hat.train.rollouts`) for the policy."""
 
     def __init__(self, inner: Model) -> None:
         self.inner = inner
@@ -172,7 +176,9 @@ def _restore_stop(content: str) -> str:
     return content + "</reply>" if start >= 0 and "</reply>" not in body[start:] else content
 
 
-def _conversation(recorder: _Recorder, trace: Trace) -> list[Message]:
+def recorded_conversation(recorder: RecordingModel, trace: Trace) -> list[Message]:
+    """The conversation the recorded model saw and wrote: the messages of its last call plus its last
+    output, with a cut ``</reply>`` restored; empty when the model was never called."""
     if recorder.messages is None or not trace.rounds:
         return []
     messages = [*recorder.messages, {"role": "assistant", "content": trace.rounds[-1].raw_output}]
@@ -183,10 +189,10 @@ def run_teacher(
     teacher: _Teacher, episode: Episode, harness: Harness, seed: int, tools: ToolRegistry
 ) -> tuple[Trace, list[Message]]:
     """One trajectory: the trace and the conversation the teacher saw and wrote."""
-    recorder = _Recorder(teacher.model(episode, harness, seed))
+    recorder = RecordingModel(teacher.model(episode, harness, seed))
     agent = Agent(harness, recorder, tools=tools, generation=teacher.generation(harness, seed))
     trace = run_episode(agent, episode)
-    return trace, _conversation(recorder, trace)
+    return trace, recorded_conversation(recorder, trace)
 
 
 # -- rows -----------------------------------------------------------------------------------------

@@ -19,21 +19,37 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SFT", "SFTDefaults", "field_defaults"]
+__all__ = ["SFT", "SFTDefaults", "TrainDefaults", "field_defaults"]
 
 
 @dataclass(frozen=True)
-class SFTDefaults:
+class TrainDefaults:
+    """The defaults every training stage (SFT, OPD, RL) shares; each stage's class adds its own
+    fields and overrides what differs (``lora_dropout``, steps, rates). The reasons are in each
+    config module's docstring."""
+
+    # HAT's fields
+    use_lora: bool = True
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_target_modules: str = "all-linear"
+    torch_threads: int | None = None
+    # TRL/transformers fields with a HAT default
+    bf16: bool | None = None  # None: on only where a CUDA device supports bf16
+    activation_checkpointing: bool = False
+    gradient_checkpointing: bool = False  # transformers 5's deprecated alias of the above
+    save_total_limit: int | None = 2
+    report_to: str = "none"
+
+
+@dataclass(frozen=True)
+class SFTDefaults(TrainDefaults):
     """The defaults of :class:`~hat.train.sft_config.HatSFTConfig` that are not TRL's."""
 
     # HAT's fields
     model: str = "smollm2"
     data: str = ""
-    use_lora: bool = True
-    lora_r: int = 16
-    lora_alpha: int = 32
     lora_dropout: float = 0.05
-    lora_target_modules: str = "all-linear"
     fixed_harness: bool = False
     max_examples: int | None = None
     packing: bool = True
@@ -43,18 +59,12 @@ class SFTDefaults:
     autocast_bf16: bool | None = None
     replay_data: str = ""
     replay_ratio: float = 0.0
-    torch_threads: int | None = None
     # TRL/transformers fields with a HAT default
     learning_rate: float = 2e-4
-    bf16: bool | None = None
-    activation_checkpointing: bool = False
-    gradient_checkpointing: bool = False
     max_length: int | None = 2048
     per_device_train_batch_size: int = 1
     logging_steps: float = 5
     save_steps: float = 50
-    save_total_limit: int | None = 2
-    report_to: str = "none"
 
 
 SFT = SFTDefaults()

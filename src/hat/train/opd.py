@@ -36,15 +36,17 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import yaml
 
 from hat.errors import HatError
 from hat.harness.state import canonical_json, sha256_text
+from hat.train.checkpoints import adapter_base_callback, fix_adapter_base, resume_checkpoint
 from hat.train.opd_config import HatOPDConfig
 from hat.train.replay import load_prompts
-from hat.train.sft import _adapter_base_callback, _fix_adapter_base, _resume_arg, load_base
+from hat.train.sft import load_base
+from hat.train.trl_configs import lora_config
 
 __all__ = ["OPDResult", "OPDSetup", "build_opd_trainer", "choose_prompts", "resolve_teacher", "train_opd"]
 
@@ -140,7 +142,7 @@ def _load_student(config: HatOPDConfig) -> tuple[Any, Any, str, Any]:
     folder = Path(config.model).expanduser()
     if not (folder / "adapter_config.json").is_file():
         model, tokenizer, ref = load_base(config.model)
-        return model, tokenizer, ref, _lora(config) if config.use_lora else None
+        return model, tokenizer, ref, lora_config(config) if config.use_lora else None
     from peft import PeftModel
 
     base_ref = _adapter_base(folder)
@@ -159,18 +161,6 @@ def _load_teacher(spec: str) -> Any:
     model, _, _ = load_base(spec)
     model.requires_grad_(False)
     return model.eval()
-
-
-def _lora(config: HatOPDConfig) -> Any:
-    from peft import LoraConfig
-
-    return LoraConfig(
-        task_type="CAUSAL_LM",
-        r=config.lora_r,
-        lora_alpha=config.lora_alpha,
-        lora_dropout=config.lora_dropout,
-        target_modules=config.lora_target_modules,
-    )
 
 
 # -- the per-step log -----------------------------------------------------------------------------
@@ -227,7 +217,7 @@ def build_opd_trainer(
         train_dataset=_prompt_dataset(chosen),
         processing_class=tokenizer,
         peft_config=peft_config,
-        callbacks=[*callbacks, *([_adapter_base_callback(base_ref)] if adapter else [])],
+        callbacks=[*callbacks, *([adapter_base_callback(base_ref)] if adapter else [])],
     )
     return OPDSetup(trainer, chosen, teacher, base_ref)
 
@@ -241,14 +231,14 @@ def train_opd(
     if not config.output_dir:
         raise HatError("HatOPDConfig.output_dir is required")
     start = time.perf_counter()
-    resume = _resume_arg(cast(Any, config))  # the same rules as SFT: only resume_from_checkpoint/output_dir
+    resume = resume_checkpoint(config)  # the same rules as SFT
     if config.torch_threads:
         import torch
 
         torch.set_num_threads(config.torch_threads)
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    _trim_log(out / LOG_FILE, resume if isinstance(resume, str) else None)
+    _trim_log(out / LOG_FILE, resume)
     setup = build_opd_trainer(config, prompts, callbacks=[*callbacks, _log_callback(out / LOG_FILE)])
     config.save_yaml(out / CONFIG_FILE)
     output = setup.trainer.train(resume_from_checkpoint=resume)
@@ -256,7 +246,7 @@ def train_opd(
     setup.trainer.save_state()
     setup.trainer.processing_class.save_pretrained(str(out))
     if config.use_lora:
-        _fix_adapter_base(out, setup.base_ref)
+        fix_adapter_base(out, setup.base_ref)
     result = OPDResult(
         output_dir=str(out),
         student=config.model,

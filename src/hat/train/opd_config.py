@@ -49,26 +49,23 @@ Defaults that differ from TRL's (values in :mod:`hat.train.opd_defaults`), and w
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field, fields
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass, field
 
-import yaml
 from trl import DistillationConfig
 
 from hat.errors import HatError
 from hat.train.opd_defaults import OPD
-from hat.train.sft_config import _bf16_supported
+from hat.train.trl_configs import YamlConfigMixin, bf16_supported
 
 __all__ = ["HatOPDConfig"]
 
-_SECRETS = ("hub_token",)
-
 
 @dataclass
-class HatOPDConfig(DistillationConfig):
-    """TRL's ``DistillationConfig`` plus HAT's stage-2 fields (see the module docstring)."""
+class HatOPDConfig(YamlConfigMixin, DistillationConfig):
+    """TRL's ``DistillationConfig`` plus HAT's stage-2 fields (see the module docstring). YAML files:
+    :class:`~hat.train.trl_configs.YamlConfigMixin`."""
+
+    config_kind = "OPD"
 
     model: str = field(default=OPD.model, metadata={"help": "The student: a hat train sft output folder or a spec."})
     teacher: str = field(default=OPD.teacher, metadata={"help": "Teacher spec (empty: the student's base model)."})
@@ -106,7 +103,7 @@ class HatOPDConfig(DistillationConfig):
 
     def __post_init__(self) -> None:
         if self.bf16 is None:
-            self.bf16 = not self.fp16 and _bf16_supported()
+            self.bf16 = not self.fp16 and bf16_supported()
         if self.model.startswith("hf:"):
             self.model = self.model[3:]
         if self.teacher.startswith("hf:"):
@@ -123,37 +120,3 @@ class HatOPDConfig(DistillationConfig):
         problems = [p for p in problems if p]
         if problems:
             raise HatError("invalid OPD config: " + "; ".join(problems))
-
-    # -- files ------------------------------------------------------------------------------------
-    def to_yaml_dict(self) -> dict[str, Any]:
-        """Every init field with its resolved value (``to_dict`` masks ``*_token`` fields; the
-        non-secret ones are put back so the file reloads into the same config)."""
-        data = self.to_dict()
-        for key in [k for k in data if k.endswith("_token")]:
-            data[key] = getattr(self, key)
-        for key in _SECRETS:
-            data.pop(key, None)
-        return json.loads(json.dumps(data, default=str))
-
-    def save_yaml(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.write_text(yaml.safe_dump(self.to_yaml_dict(), sort_keys=True), encoding="utf-8")
-        return path
-
-    @classmethod
-    def from_yaml(cls, path: str | Path, **overrides: Any) -> HatOPDConfig:
-        """Load a config file; ``overrides`` (``None`` values ignored) win over the file."""
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        if not isinstance(data, dict):
-            raise HatError(f"{path}: an OPD config is a YAML mapping of field: value")
-        return cls.from_dict({**data, **{k: v for k, v in overrides.items() if v is not None}})
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> HatOPDConfig:
-        known = {f.name for f in fields(cls) if f.init}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise HatError(
-                f"unknown OPD config key(s) {unknown}; see HatOPDConfig / trl.DistillationConfig for the fields"
-            )
-        return cls(**data)

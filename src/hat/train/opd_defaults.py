@@ -11,40 +11,32 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hat.train.defaults import TrainDefaults
 from hat.train.replay_config import DEFAULT_PROMPTS
 
 __all__ = ["OPD", "OPDDefaults"]
 
 
 @dataclass(frozen=True)
-class OPDDefaults:
-    """The defaults of :class:`~hat.train.opd_config.HatOPDConfig` that are not TRL's."""
+class OPDDefaults(TrainDefaults):
+    """The defaults of :class:`~hat.train.opd_config.HatOPDConfig` that are not TRL's (those every
+    stage shares: :class:`~hat.train.defaults.TrainDefaults`)."""
 
     # HAT's fields
     model: str = ""
     teacher: str = ""
     prompts: str = DEFAULT_PROMPTS
     n_prompts: int = 512
-    use_lora: bool = True
-    lora_r: int = 16
-    lora_alpha: int = 32
     lora_dropout: float = 0.0
-    lora_target_modules: str = "all-linear"
     max_new_tokens: int | None = None  # HAT's name for max_completion_length; None mirrors it
-    torch_threads: int | None = None
     # TRL/transformers fields with a HAT default
     max_completion_length: int | None = 256
     learning_rate: float = 1e-4
     per_device_train_batch_size: int = 8
     num_train_epochs: float = 1.0
     disable_dropout: bool = True
-    bf16: bool | None = None
-    activation_checkpointing: bool = False
-    gradient_checkpointing: bool = False
     logging_steps: float = 1
     save_steps: float = 10
-    save_total_limit: int | None = 2
-    report_to: str = "none"
 
 
 OPD = OPDDefaults()

@@ -49,6 +49,7 @@ from hat.augment import load_envelope
 from hat.env.episode import Episode
 from hat.errors import HatError
 from hat.harness.loader import load_harness
+from hat.train.checkpoints import adapter_base_callback, fix_adapter_base
 from hat.train.gdpo import (
     decomposed_advantages,
     normalize_then_sum_advantages,
@@ -58,6 +59,7 @@ from hat.train.gdpo import (
 )
 from hat.train.rl_config import HatRLConfig
 from hat.train.rollouts import Rollout, RolloutJob, RolloutPolicy, RolloutRunner
+from hat.train.trl_configs import lora_config
 
 __all__ = [
     "COT_BANDS",
@@ -364,18 +366,6 @@ def rl_episodes(config: HatRLConfig) -> list[Episode]:
     return episodes
 
 
-def _lora(config: HatRLConfig) -> Any:
-    from peft import LoraConfig
-
-    return LoraConfig(
-        task_type="CAUSAL_LM",
-        r=config.lora_r,
-        lora_alpha=config.lora_alpha,
-        lora_dropout=config.lora_dropout,
-        target_modules=config.lora_target_modules,
-    )
-
-
 def load_policy(config: HatRLConfig) -> tuple[Any, Any, str, Any]:
     """``(model, tokenizer, base_ref, peft_config)``. An adapter folder is continued (a trainable
     ``PeftModel`` on its base; ``peft_config`` None); otherwise the base is loaded as SFT loads it
@@ -399,7 +389,7 @@ def load_policy(config: HatRLConfig) -> tuple[Any, Any, str, Any]:
             tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
         return model, tokenizer, base_ref, None
     model, tokenizer, base_ref = load_base(config.model)
-    return model, tokenizer, base_ref, _lora(config) if config.use_lora else None
+    return model, tokenizer, base_ref, lora_config(config) if config.use_lora else None
 
 
 def build_rl_trainer(
@@ -413,8 +403,6 @@ def build_rl_trainer(
     """The trainer for ``config``, not yet trained. ``episodes`` (default :func:`rl_episodes`),
     ``policy`` (default: the live model) and ``loaded`` (``load_policy``'s result) are for tests."""
     from datasets import Dataset
-
-    from hat.train.sft import _adapter_base_callback
 
     chosen = list(episodes) if episodes is not None else rl_episodes(config)
     model, tokenizer, base_ref, peft_config = loaded if loaded is not None else load_policy(config)
@@ -434,7 +422,7 @@ def build_rl_trainer(
         train_dataset=Dataset.from_dict({"prompt": [e.episode_id for e in chosen]}),
         processing_class=tokenizer,
         peft_config=peft_config,
-        callbacks=[*callbacks, *([_adapter_base_callback(base_ref)] if adapter else [])],
+        callbacks=[*callbacks, *([adapter_base_callback(base_ref)] if adapter else [])],
         runner=runner,
         episodes=chosen,
         policy=policy,
@@ -455,8 +443,6 @@ def train_rl(
     ``.png``) and the result (``rl_result.json``) into ``output_dir``; return the result.
     ``episodes`` (default: :func:`rl_episodes`) and ``policy`` (default: the live model) as for
     :func:`build_rl_trainer`."""
-    from hat.train.sft import _fix_adapter_base
-
     if not config.output_dir:
         raise HatError("HatRLConfig.output_dir is required")
     start = time.perf_counter()
@@ -473,7 +459,7 @@ def train_rl(
     trainer._tokenizer.save_pretrained(str(out))
     adapter = hasattr(trainer.model, "peft_config")
     if adapter:
-        _fix_adapter_base(out, trainer.hat_base_ref)
+        fix_adapter_base(out, trainer.hat_base_ref)
     diagnostics = out / DIAGNOSTICS_FILE
     plot = plot_diagnostics(diagnostics, out / PLOT_FILE) if diagnostics.is_file() else None
     result = RLResult(

@@ -45,31 +45,26 @@ log-probabilities divide by, so they stay the same distribution; it must be > 0.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field, fields
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass, field
 
-import yaml
 from trl import GRPOConfig
 
 from hat.errors import HatError
 from hat.train.rl_defaults import ADVANTAGES, RL
+from hat.train.trl_configs import YamlConfigMixin, bf16_supported
 
 __all__ = ["HatRLConfig"]
 
-_SECRETS = ("hub_token",)
-
-
-def _bf16_supported() -> bool:
-    import torch
-
-    return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-
 
 @dataclass
-class HatRLConfig(GRPOConfig):
-    """TRL's ``GRPOConfig`` plus HAT's fields (see the module docstring for each and for changed defaults)."""
+class HatRLConfig(YamlConfigMixin, GRPOConfig):
+    """TRL's ``GRPOConfig`` plus HAT's fields (see the module docstring for each and for changed
+    defaults). YAML files: :class:`~hat.train.trl_configs.YamlConfigMixin`."""
+
+    config_kind = "RL"
+    # TRL derives generation_batch_size from steps_per_generation and refuses a config that sets
+    # both, so the file keeps the latter and reloads into the same config
+    yaml_derived = ("generation_batch_size",)
 
     model: str = field(default=RL.model, metadata={"help": "smollm2 | checkpoint or adapter folder | hf:<folder>"})
     harness: str = field(default=RL.harness, metadata={"help": "Production harness (folder or built-in name)."})
@@ -112,7 +107,7 @@ class HatRLConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         if self.bf16 is None:
-            self.bf16 = not self.fp16 and _bf16_supported()
+            self.bf16 = not self.fp16 and bf16_supported()
         if self.model.startswith("hf:"):
             self.model = self.model[3:]
         problems = self._problems()
@@ -138,34 +133,3 @@ class HatRLConfig(GRPOConfig):
             ),
         ]
         return [message for ok, message in checks if not ok]
-
-    # -- files ------------------------------------------------------------------------------------
-    def to_yaml_dict(self) -> dict[str, Any]:
-        """Every init field with its resolved value, minus secrets and ``generation_batch_size``: TRL
-        derives it from ``steps_per_generation`` (and refuses a config that sets both), so the file
-        keeps the latter and reloads into the same config."""
-        data = self.to_dict()
-        for key in (*_SECRETS, "generation_batch_size"):
-            data.pop(key, None)
-        return json.loads(json.dumps(data, default=str))  # type: ignore[no-any-return]
-
-    def save_yaml(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.write_text(yaml.safe_dump(self.to_yaml_dict(), sort_keys=True), encoding="utf-8")
-        return path
-
-    @classmethod
-    def from_yaml(cls, path: str | Path, **overrides: Any) -> HatRLConfig:
-        """Load a config file; ``overrides`` (``None`` values ignored) win over the file."""
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        if not isinstance(data, dict):
-            raise HatError(f"{path}: an RL config is a YAML mapping of field: value")
-        return cls.from_dict({**data, **{k: v for k, v in overrides.items() if v is not None}})
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> HatRLConfig:
-        known = {f.name for f in fields(cls) if f.init}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise HatError(f"unknown RL config key(s) {unknown}; see HatRLConfig / trl.GRPOConfig for the fields")
-        return cls(**data)

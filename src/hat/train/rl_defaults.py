@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hat.train.defaults import TrainDefaults
+
 __all__ = ["ADVANTAGES", "RL", "RLDefaults"]
 
 ADVANTAGES = ("segments", "grpo", "normalize_then_sum")
@@ -19,8 +21,9 @@ reward; ``normalize_then_sum``: GDPO without segments (TRL's multi-objective agg
 
 
 @dataclass(frozen=True)
-class RLDefaults:
-    """The defaults of :class:`~hat.train.rl_config.HatRLConfig` that are not TRL's."""
+class RLDefaults(TrainDefaults):
+    """The defaults of :class:`~hat.train.rl_config.HatRLConfig` that are not TRL's (those every
+    stage shares: :class:`~hat.train.defaults.TrainDefaults`)."""
 
     # HAT's fields
     model: str = "smollm2"
@@ -34,24 +37,14 @@ class RLDefaults:
     cot_lambda: float = 0.1
     advantage_eps: float = 1e-6
     max_new_tokens: int | None = None
-    use_lora: bool = True
-    lora_r: int = 16
-    lora_alpha: int = 32
     lora_dropout: float = 0.0
-    lora_target_modules: str = "all-linear"
-    torch_threads: int | None = None
     # TRL/transformers fields with a HAT default
     num_generations: int = 4
     per_device_train_batch_size: int = 8
     learning_rate: float = 1e-5
     disable_dropout: bool = True
-    bf16: bool | None = None
-    activation_checkpointing: bool = False
-    gradient_checkpointing: bool = False
     logging_steps: float = 1
     save_steps: float = 25
-    save_total_limit: int | None = 2
-    report_to: str = "none"
 
 
 RL = RLDefaults()

@@ -43,7 +43,13 @@ from hat.harness.tools import ToolRegistry
 from hat.harness.trace import Round, Trace
 from hat.judge import SEGMENTS, judge_trace, q
 from hat.models.base import GenerationConfig, Message, Model
-from hat.train.datagen import _conversation, _Recorder, char_spans_to_token_spans, message_segments, tokenize_chat
+from hat.train.datagen import (
+    RecordingModel,
+    char_spans_to_token_spans,
+    message_segments,
+    recorded_conversation,
+    tokenize_chat,
+)
 
 __all__ = [
     "Rollout",
@@ -266,10 +272,10 @@ class RolloutRunner:
         key = job.harness.content_hash()
         if key not in registries:
             registries[key] = ToolRegistry(job.harness)
-        recorder = _Recorder(model)
+        recorder = RecordingModel(model)
         agent = Agent(job.harness, recorder, tools=registries[key], generation=self.generation(job.harness, job.seed))
         trace = run_episode(agent, job.episode)
-        messages = _conversation(recorder, trace)
+        messages = recorded_conversation(recorder, trace)
         tokens = rollout_tokens(messages, trace.rounds, tokenizer) if messages else inert_tokens(tokenizer)
         judged = judge_trace(job.episode, trace, job.harness)
         lengths = tokens.reasoning_tokens()

@@ -42,8 +42,10 @@ from typing import Any
 
 from hat.errors import HatError
 from hat.harness.state import canonical_json, sha256_text
+from hat.train.checkpoints import adapter_base_callback, fix_adapter_base, resume_checkpoint
 from hat.train.datagen import load_rows, tokenize_chat
 from hat.train.sft_config import HatSFTConfig
+from hat.train.trl_configs import lora_config
 
 __all__ = [
     "SFTResult",
@@ -202,39 +204,6 @@ def _load_gguf_dense(path: Path) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def _lora(config: HatSFTConfig) -> Any:
-    from peft import LoraConfig
-
-    return LoraConfig(
-        task_type="CAUSAL_LM",
-        r=config.lora_r,
-        lora_alpha=config.lora_alpha,
-        lora_dropout=config.lora_dropout,
-        target_modules=config.lora_target_modules,
-    )
-
-
-def _fix_adapter_base(folder: Path, base_ref: str) -> None:
-    """Point ``adapter_config.json`` at ``base_ref`` (PEFT writes the loaded model's internal path)."""
-    path = folder / "adapter_config.json"
-    if path.is_file():
-        data = json.loads(path.read_text(encoding="utf-8"))
-        data["base_model_name_or_path"] = base_ref
-        path.write_text(json.dumps(data, indent=2, sort_keys=True), encoding="utf-8")
-
-
-def _adapter_base_callback(base_ref: str) -> Any:
-    from transformers import TrainerCallback
-
-    class _FixCheckpointBase(TrainerCallback):  # type: ignore[misc]
-        """Every saved checkpoint's adapter names the base as HAT's loader understands it."""
-
-        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            _fix_adapter_base(Path(args.output_dir) / f"checkpoint-{state.global_step}", base_ref)
-
-    return _FixCheckpointBase()
-
-
 # -- training -------------------------------------------------------------------------------------
 @dataclass
 class TrainerSetup:
@@ -279,8 +248,8 @@ def build_trainer(
         args=config,
         train_dataset=dataset,
         processing_class=tokenizer,
-        peft_config=_lora(config) if config.use_lora else None,
-        callbacks=[*callbacks, *([_adapter_base_callback(base_ref)] if config.use_lora else [])],
+        peft_config=lora_config(config) if config.use_lora else None,
+        callbacks=[*callbacks, *([adapter_base_callback(base_ref)] if config.use_lora else [])],
     )
     return TrainerSetup(trainer, chosen, base_ref, n_truncated)
 
@@ -328,7 +297,7 @@ def _packed_setup(
         from transformers import set_seed
 
         set_seed(config.seed)  # LoRA's A matrices are drawn here: same seed, same initial adapter
-        model = get_peft_model(model, _lora(config))
+        model = get_peft_model(model, lora_config(config))
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     trainer = PackedSFTTrainer(
         model=model,
@@ -342,74 +311,6 @@ def _packed_setup(
     return TrainerSetup(trainer, chosen, base_ref, n_truncated)
 
 
-_WEIGHT_FILES = (
-    "adapter_model.safetensors",
-    "adapter_model.bin",
-    "model.safetensors",
-    "model.safetensors.index.json",
-    "pytorch_model.bin",
-    "pytorch_model.bin.index.json",
-)
-
-
-def checkpoint_problem(folder: Path) -> str | None:
-    """Why ``folder`` is not a complete checkpoint, or None. The transformers ``Trainer`` writes
-    ``trainer_state.json`` last (after weights, optimizer, scheduler and RNG state), so a checkpoint
-    is complete when that file parses and a weights file is there. The packed trainer renames whole
-    checkpoints into place; TRL's ``SFTTrainer`` (``packing=False``) writes in place, and a crash
-    mid-save leaves a newest ``checkpoint-N`` without these."""
-    try:
-        json.loads((folder / "trainer_state.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return "no readable trainer_state.json"
-    if not any((folder / name).is_file() for name in _WEIGHT_FILES):
-        return "no model or adapter weights"
-    return None
-
-
-def latest_complete_checkpoint(output_dir: str | Path) -> tuple[Path | None, list[str]]:
-    """The newest complete ``checkpoint-N`` in ``output_dir`` and the newer ones skipped (why)."""
-    folder = Path(output_dir)
-    found = sorted(
-        (p for p in folder.glob("checkpoint-*") if p.is_dir() and p.name.split("-", 1)[1].isdigit()),
-        key=lambda p: int(p.name.split("-", 1)[1]),
-        reverse=True,
-    )
-    skipped: list[str] = []
-    for path in found:
-        problem = checkpoint_problem(path)
-        if problem is None:
-            return path, skipped
-        skipped.append(f"{path.name} ({problem})")
-    return None, skipped
-
-
-def _resume_arg(config: HatSFTConfig) -> str | bool | None:
-    """The checkpoint to resume from: for ``latest`` the newest *complete* one (a half-written
-    newer one is skipped with a warning), or the named folder, which must be complete."""
-    value = config.resume_from_checkpoint
-    if value in (None, "", "false", "False"):
-        return None
-    if value in ("latest", "last", "true", "True"):
-        latest, skipped = latest_complete_checkpoint(config.output_dir or "")
-        if skipped:
-            logger.warning("--resume skips incomplete checkpoints: %s", ", ".join(skipped))
-        if latest is None and not skipped:
-            raise HatError(f"--resume: no checkpoint-* folder in {config.output_dir}; train without --resume first")
-        if latest is None:
-            raise HatError(
-                f"--resume: no complete checkpoint in {config.output_dir} (incomplete: {', '.join(skipped)}); "
-                "delete them and train without --resume"
-            )
-        return str(latest)
-    if not Path(value).is_dir():
-        raise HatError(f"resume_from_checkpoint: {value} is not a checkpoint folder")
-    problem = checkpoint_problem(Path(value))
-    if problem is not None:
-        raise HatError(f"resume_from_checkpoint: {value} is incomplete ({problem}); pick an earlier checkpoint")
-    return value
-
-
 def train_sft(
     config: HatSFTConfig, rows: Sequence[dict[str, Any]] | None = None, *, callbacks: Sequence[Any] = ()
 ) -> SFTResult:
@@ -419,7 +320,7 @@ def train_sft(
     if not config.output_dir:
         raise HatError("HatSFTConfig.output_dir is required")
     start = time.perf_counter()
-    resume = _resume_arg(config)
+    resume = resume_checkpoint(config)
     if config.torch_threads:
         import torch
 
@@ -432,7 +333,7 @@ def train_sft(
     setup.trainer.save_model(str(out))
     setup.trainer.save_state()  # trainer_state.json: the loss log (log_history) beside the model
     setup.trainer.processing_class.save_pretrained(str(out))
-    _fix_adapter_base(out, setup.base_ref)
+    fix_adapter_base(out, setup.base_ref)
     result = SFTResult(
         output_dir=str(out),
         base=setup.base_ref,

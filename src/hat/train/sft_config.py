@@ -46,38 +46,30 @@ livestream row (0.25 → one general row for every four livestream rows), a seed
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field, fields
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass, field
 
-import yaml
 from trl import SFTConfig
 
 from hat.errors import HatError
 from hat.train.defaults import SFT
+from hat.train.trl_configs import YamlConfigMixin, bf16_supported
 
 __all__ = ["HatSFTConfig"]
 
-_SECRETS = ("hub_token",)
-
-
-def _bf16_supported() -> bool:
-    import torch
-
-    return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-
 
 @dataclass
-class HatSFTConfig(SFTConfig):
+class HatSFTConfig(YamlConfigMixin, SFTConfig):
     """TRL's ``SFTConfig`` plus HAT's fields (see the module docstring for changed defaults).
 
     ``model``: ``smollm2`` (the bundled GGUF, loaded by HAT's transformers loader), a checkpoint
     folder, or ``hf:<folder>``. ``data``: a ``hat datagen`` folder. ``fixed_harness``: the baseline —
     production-harness rows only. ``max_examples``: train on exactly this many rows (a seeded
     subsample; an error if the data has fewer), so a fixed-harness baseline and an HSA run see the
-    same number of examples; give both the same ``max_steps`` too.
+    same number of examples; give both the same ``max_steps`` too. YAML files:
+    :class:`~hat.train.trl_configs.YamlConfigMixin`.
     """
+
+    config_kind = "SFT"
 
     model: str = field(default=SFT.model, metadata={"help": "smollm2 | checkpoint folder | hf:<folder>"})
     data: str = field(default=SFT.data, metadata={"help": "A hat datagen folder."})
@@ -138,7 +130,7 @@ class HatSFTConfig(SFTConfig):
 
     def __post_init__(self) -> None:
         if self.bf16 is None:
-            self.bf16 = not self.fp16 and _bf16_supported()
+            self.bf16 = not self.fp16 and bf16_supported()
         if self.model.startswith("hf:"):
             self.model = self.model[3:]
         super().__post_init__()
@@ -150,35 +142,3 @@ class HatSFTConfig(SFTConfig):
             raise HatError("replay_ratio must be >= 0, and > 0 needs replay_data (a hat datagen-general folder)")
         if self.packing:
             self.remove_unused_columns = False
-
-    # -- files ------------------------------------------------------------------------------------
-    def to_yaml_dict(self) -> dict[str, Any]:
-        """Every init field with its resolved value (``to_dict`` masks ``*_token`` fields; the
-        non-secret ones are put back so the file reloads into the same config)."""
-        data = self.to_dict()
-        for key in ("eos_token", "pad_token"):
-            data[key] = getattr(self, key)
-        for key in _SECRETS:
-            data.pop(key, None)
-        return json.loads(json.dumps(data, default=str))
-
-    def save_yaml(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.write_text(yaml.safe_dump(self.to_yaml_dict(), sort_keys=True), encoding="utf-8")
-        return path
-
-    @classmethod
-    def from_yaml(cls, path: str | Path, **overrides: Any) -> HatSFTConfig:
-        """Load a config file; ``overrides`` (``None`` values ignored) win over the file."""
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        if not isinstance(data, dict):
-            raise HatError(f"{path}: an SFT config is a YAML mapping of field: value")
-        return cls.from_dict({**data, **{k: v for k, v in overrides.items() if v is not None}})
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> HatSFTConfig:
-        known = {f.name for f in fields(cls) if f.init}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise HatError(f"unknown SFT config key(s) {unknown}; see HatSFTConfig / trl.SFTConfig for the fields")
-        return cls(**data)

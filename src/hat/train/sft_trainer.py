@@ -133,9 +133,9 @@ class PackedSFTTrainer(Trainer):  # type: ignore[misc]
             self.args.output_dir = final_output
         written = staging / name
         if self.base_ref:
-            from hat.train.sft import _fix_adapter_base
+            from hat.train.checkpoints import fix_adapter_base
 
-            _fix_adapter_base(written, self.base_ref)
+            fix_adapter_base(written, self.base_ref)
         target = run_dir / name
         if target.exists():
             shutil.rmtree(target)
