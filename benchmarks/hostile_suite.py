@@ -40,19 +40,16 @@ other value is a ``hat`` model spec (``smollm2-hat``, ``llamacpp:smollm2-hat?thr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import platform
-import socket
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import unicodedata
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -487,29 +484,11 @@ def load_suite_model(spec: str) -> Any:
 
 
 # -- the server ------------------------------------------------------------------------------------
-@contextmanager
-def serving(app: Any) -> Iterator[str]:
-    """``app`` under uvicorn on a free 127.0.0.1 port, in a thread; yields the base URL."""
-    import uvicorn
+def serving(app: Any) -> contextlib.AbstractContextManager[str]:
+    """``app`` under uvicorn on a free loopback port (the latency bench's server; yields its URL)."""
+    from hat.serve.bench import serve_in_thread
 
-    # IPPROTO_TCP: asyncio sets TCP_NODELAY only on sockets that say TCP (else a 40 ms ACK stall)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_keep_alive=60)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(30)
-        sock.close()
+    return serve_in_thread(app)
 
 
 # -- one comment -----------------------------------------------------------------------------------

@@ -200,6 +200,7 @@ def test_llamacpp_backend_breaks_vocabulary_control_tokens() -> None:
     )
     model = object.__new__(LlamaCppModel)
     model.llm, model.name = llm, "fake"
+    model._pieces, model._vocab = {}, None  # token text through the wheel's detokenize (the fake above)
     model._llama_cpp = SimpleNamespace(
         llama_vocab_get_attr=lambda v, token: vocab[token][1],
         LLAMA_TOKEN_ATTR_CONTROL=8,

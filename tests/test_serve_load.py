@@ -160,7 +160,8 @@ def test_bench_latency_replays_simulator_traffic_and_writes_outputs(tmp_path):
     import typer
     from typer.testing import CliRunner
 
-    from hat.serve.bench import bench_app, bench_payloads
+    from hat.cli.bench_cmd import bench_app
+    from hat.serve.bench import bench_payloads
 
     cli = typer.Typer()
     cli.add_typer(bench_app, name="bench")  # as hat.cli.main registers it

@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 
 from hat.cli.augment_cmd import augment_command
+from hat.cli.bench_cmd import bench_app
 from hat.cli.common import (
     DEFAULT_HARNESS,
     DEFAULT_MODEL,
@@ -39,7 +40,6 @@ from hat.errors import HatError
 from hat.harness.runtime import Request
 from hat.harness.sinks import JSONLSink
 from hat.harness.state import Harness
-from hat.serve.bench import bench_app
 from hat.serve.cli import serve_command
 
 app = typer.Typer(

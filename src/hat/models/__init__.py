@@ -3,6 +3,9 @@
 Every command takes a model as one string, so a model is chosen the same way everywhere:
 
     smollm2-hat                  the default: bundled SmolLM2 + HAT's shipped HSA-SFT LoRA adapter
+                                 (transformers; ?engine=auto picks llama.cpp when installed, below)
+    smollm2-hat?engine=transformers&speculative=8
+                                 options: engine auto | llamacpp | transformers, speculative <n>
     smollm2                      the bundled SmolLM2-135M-Instruct GGUF (transformers + gguf)
     hf:<path-or-id>              a local checkpoint or PEFT adapter folder (a hub id downloads
                                  only with HAT_ALLOW_DOWNLOAD=1)
@@ -16,17 +19,29 @@ knowing about the simulator. An unknown name raises :class:`ModelSpecError` list
 
 Importing this package stays cheap: torch and transformers are imported only when a transformers
 model is loaded, and a missing one raises :class:`MissingDependencyError` with the install hint.
+
+**The engine of ``smollm2-hat``** (default :data:`DEFAULT_ENGINE`, ``transformers``, until the
+llama.cpp path's latency and its agreement with transformers are measured on the shipped model -
+issue 15; ``$HAT_ENGINE`` or ``?engine=`` choose another). ``engine=auto``: llama.cpp with the
+adapter merged into the weights (``llamacpp:smollm2-hat``, several
+times faster per token on a CPU) when ``llama_cpp`` imports and the merged GGUF exists or can be
+built; otherwise transformers + PEFT, with one line on stderr saying why. Options that only the
+transformers backend understands (``dtype``, ``device``, ``max_sessions``) also pick it, since the
+caller asked for something llama.cpp cannot give. ``engine=llamacpp`` fails instead of falling
+back; ``engine=transformers`` is the old behaviour (what ``hat eval`` results before the fast path
+were measured on). ``speculative=N`` turns on prompt-lookup speculative decoding on either engine.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hat.errors import ModelSpecError
+from hat.errors import HatError, ModelSpecError
 from hat.models.base import Generation, GenerationConfig, Message, Model, ModelBackend, Stream
 from hat.models.openai_backend import OpenAICompatibleModel
 from hat.models.scripted import ScriptedModel
@@ -68,14 +83,15 @@ def register_model_spec(
     factory: ModelFactory,
     *,
     usage: str | None = None,
-    takes_argument: bool = True,
+    takes_argument: bool | None = True,
     replace: bool = False,
 ) -> None:
     """Make ``load_model`` understand specs named ``prefix``.
 
     ``factory(argument, name=spec, **kw)`` builds the model; ``argument`` is what follows
     ``prefix:`` (empty for a bare ``prefix``). ``usage`` is how the form is shown in errors
-    (default ``prefix:<arg>``, or ``prefix`` when ``takes_argument`` is false). Registering a
+    (default ``prefix:<arg>``, or ``prefix`` when ``takes_argument`` is false; ``None``: the argument
+    is optional and the factory checks it). Registering a
     taken prefix raises ``ValueError`` unless ``replace`` is true.
     """
     if not prefix or ":" in prefix or prefix != prefix.strip():
@@ -98,6 +114,8 @@ def model_specs() -> list[str]:
 def load_model(spec: str, **kw: Any) -> Model:
     """Build the model a spec string names; ``kw`` goes to the backend's factory."""
     prefix, _, argument = spec.strip().partition(":")
+    if "?" in prefix and not argument:  # name?options: the options are the argument (smollm2-hat?engine=...)
+        prefix, argument = prefix.split("?", 1)[0], "?" + prefix.split("?", 1)[1]
     form = _SPECS.get(prefix) or _from_entry_point(prefix)
     if form is None:
         raise ModelSpecError(f"unknown model spec {spec!r}. {_valid_forms()}")
@@ -150,7 +168,50 @@ def shipped_adapter(name: str) -> Path:
     return folder
 
 
+ENGINES = ("auto", "llamacpp", "transformers")
+DEFAULT_ENGINE = "transformers"
+"""The engine ``smollm2-hat`` uses when neither the spec nor ``$HAT_ENGINE`` names one."""
+_TRANSFORMERS_ONLY = ("dtype", "device", "max_sessions")
+
+
+def _hat_options(argument: str) -> tuple[str, dict[str, Any]]:
+    """``"?engine=...&speculative=N"`` → ``(engine, backend kwargs)``; anything else is a spec error."""
+    from urllib.parse import parse_qs
+
+    usage = "smollm2-hat[?engine=auto|llamacpp|transformers&speculative=<n>]"
+    if argument and not argument.startswith("?"):
+        raise ModelSpecError(f"model spec 'smollm2-hat:{argument}' is not understood; use {usage}")
+    query = parse_qs(argument[1:], keep_blank_values=True)
+    if unknown := sorted(set(query) - {"engine", "speculative"}):
+        raise ModelSpecError(f"unknown smollm2-hat option {unknown[0]!r}; use {usage}")
+    engine = (query.get("engine") or [os.environ.get("HAT_ENGINE") or DEFAULT_ENGINE])[-1].strip()
+    if engine not in ENGINES:
+        raise ModelSpecError(f"smollm2-hat engine {engine!r} (from the spec or $HAT_ENGINE) is not one of {ENGINES}")
+    kw: dict[str, Any] = {}
+    if "speculative" in query:
+        value = query["speculative"][-1]
+        if not value.isdigit():
+            raise ModelSpecError(f"smollm2-hat option speculative={value!r} must be a number of draft tokens (0: off)")
+        kw["speculative"] = int(value)
+    return engine, kw
+
+
 def _smollm2_hat(argument: str, **kw: Any) -> Model:
+    engine, options = _hat_options(argument)
+    kw = {**options, **kw}
+    if engine == "transformers":
+        return TransformersModel.from_pretrained(shipped_adapter("smollm2-hat"), **kw)
+    if engine == "llamacpp":
+        return _llamacpp.LlamaCppModel.from_spec("smollm2-hat", **kw)
+    why = next((f"{key}= is a transformers option" for key in _TRANSFORMERS_ONLY if key in kw), None)
+    if why is None:
+        try:
+            return _llamacpp.LlamaCppModel.from_spec("smollm2-hat", **kw)
+        except _llamacpp.LlamaCppMissing:
+            why = "the fast engine llama-cpp-python is not installed (make install-fast builds it)"
+        except (HatError, ImportError, OSError) as exc:
+            why = f"the fast engine failed ({type(exc).__name__}: {exc})"
+    print(f"note: smollm2-hat runs on transformers, the slower engine: {why}", file=sys.stderr, flush=True)
     return TransformersModel.from_pretrained(shipped_adapter("smollm2-hat"), **kw)
 
 
@@ -172,10 +233,15 @@ def _scripted(argument: str, **kw: Any) -> Model:
     return ScriptedModel.from_jsonl(os.path.expanduser(argument), **kw)
 
 
-register_model_spec("smollm2-hat", _smollm2_hat, takes_argument=False)
+register_model_spec(
+    "smollm2-hat",
+    _smollm2_hat,
+    usage="smollm2-hat[?engine=auto|llamacpp|transformers&speculative=<n>]",
+    takes_argument=None,  # optional: the ?options
+)
 register_model_spec("smollm2", _smollm2, takes_argument=False)
 register_model_spec("hf", _hf, usage="hf:<path-or-hub-id>")
 register_model_spec("openai", _openai, usage="openai:<base_url>#<model>")
 register_model_spec("scripted", _scripted, usage="scripted:<file.jsonl>")
 
-from hat.models import llamacpp_backend as _llamacpp  # noqa: E402,F401  (registers the llamacpp: spec)
+from hat.models import llamacpp_backend as _llamacpp  # noqa: E402  (registers the llamacpp: spec)

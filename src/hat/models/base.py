@@ -80,7 +80,9 @@ class GenerationConfig:
 @dataclass(frozen=True)
 class Generation:
     """One model output. ``cached_tokens``: prompt tokens served from a reused KV cache.
-    Times are seconds; ``ttft_s`` is time to first token where the backend can tell."""
+    Times are seconds; ``ttft_s`` is time to first token where the backend can tell.
+    ``draft_tokens`` / ``accepted_tokens``: with speculative decoding, the tokens the drafter
+    proposed and how many of them the model accepted (both 0 without it)."""
 
     text: str
     prompt_tokens: int = 0
@@ -89,6 +91,8 @@ class Generation:
     latency_s: float = 0.0
     ttft_s: float | None = None
     finish_reason: str = "stop"
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
 
 
 Finish = Callable[[Generation], None]

