@@ -290,13 +290,28 @@ HARNESS_VARIABLES = (
 )
 
 
-def template_context(harness: Harness, context: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The variables every block template can use: the harness's own (:data:`HARNESS_VARIABLES`)
-    and each key of the request's ``context`` as a top-level variable (also reachable as
-    ``context``); where names collide the harness's win."""
-    context = dict(context or {})
+class _Identity:
+    """A harness as a cache key by identity (a frozen harness holds dicts, so it has no hash)."""
+
+    __slots__ = ("harness",)
+
+    def __init__(self, harness: Harness) -> None:
+        self.harness = harness
+
+    def __hash__(self) -> int:
+        return id(self.harness)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Identity) and other.harness is self.harness
+
+
+@functools.lru_cache(maxsize=256)
+def _harness_variables(key: _Identity) -> dict[str, Any]:
+    """The harness's own template variables, computed once per harness object (the tool signatures'
+    JSON was most of a request's template-context cost; templates cannot change these values: the
+    sandbox is immutable)."""
+    harness = key.harness
     return {
-        **context,
         "harness": harness,
         "limits": harness.limits,
         "settings": dict(harness.settings),
@@ -305,8 +320,15 @@ def template_context(harness: Harness, context: Mapping[str, Any] | None = None)
         "tool_signatures_json": [json.dumps(t.signature(), ensure_ascii=False) for t in harness.tools],
         "skill_tool": harness.output.skill_tool,
         "reply_field": harness.output.reply_field,
-        "context": context,
     }
+
+
+def template_context(harness: Harness, context: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The variables every block template can use: the harness's own (:data:`HARNESS_VARIABLES`)
+    and each key of the request's ``context`` as a top-level variable (also reachable as
+    ``context``); where names collide the harness's win."""
+    context = dict(context or {})
+    return {**context, **_harness_variables(_Identity(harness)), "context": context}
 
 
 def render_prompt(harness: Harness, variables: dict[str, Any]) -> RenderedPrompt:
