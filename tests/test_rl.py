@@ -35,13 +35,13 @@ from test_datagen import build_tokenizer
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
+from hat.train.gdpo import segment_advantages  # noqa: E402
 from hat.train.rl import (  # noqa: E402  (after the importorskip of TRL)
     DIAGNOSTICS_FILE,
     build_rl_trainer,
     cot_bands,
     load_policy,
     plot_diagnostics,
-    segment_advantages,
     train_rl,
 )
 from hat.train.rl_config import HatRLConfig  # noqa: E402

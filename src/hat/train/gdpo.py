@@ -42,12 +42,16 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from hat.errors import HatError
+from hat.train.rl_defaults import ADVANTAGES
+
 __all__ = [
     "decomposed_advantages",
     "group_normalize",
     "normalize_then_sum_advantages",
     "plain_grpo_advantages",
     "scatter_to_tokens",
+    "segment_advantages",
     "zero_advantage_groups",
 ]
 
@@ -189,3 +193,29 @@ def zero_advantage_groups(drop: Sequence[bool], group_ids: Sequence[int]) -> flo
     if names.size == 0:
         return 0.0
     return float(np.mean([dropped[groups == g].all() for g in names]))
+
+
+def segment_advantages(
+    kind: str,
+    rewards: Mapping[str, Sequence[float]],
+    cot_q: Mapping[str, Sequence[float]],
+    q_total: Sequence[float],
+    group_ids: Sequence[int],
+    segment_dims: Mapping[str, Sequence[str]],
+    lam: float,
+    eps: float,
+) -> dict[str, npt.NDArray[np.float64]]:
+    """Per segment, one advantage per rollout for the chosen ``kind`` (``HatRLConfig.advantage``).
+    The ablations give every segment the same sequence-level value; their length term is the
+    report's raw ``−λ·q(L)`` of the whole rollout, weighted like any dimension."""
+    if kind == "segments":
+        return decomposed_advantages(rewards, group_ids, segment_dims, cot_q, lam, eps)
+    summed = {**rewards, "q": q_total}
+    weights = {"q": -lam}
+    if kind == "grpo":
+        value = plain_grpo_advantages(summed, group_ids, weights, eps)
+    elif kind == "normalize_then_sum":
+        value = normalize_then_sum_advantages(summed, group_ids, weights, eps)
+    else:
+        raise HatError(f"unknown advantage {kind!r}; use one of {', '.join(ADVANTAGES)}")
+    return {segment: value for segment in segment_dims}

@@ -50,13 +50,7 @@ from hat.env.episode import Episode
 from hat.errors import HatError
 from hat.harness.loader import load_harness
 from hat.train.checkpoints import adapter_base_callback, fix_adapter_base
-from hat.train.gdpo import (
-    decomposed_advantages,
-    normalize_then_sum_advantages,
-    plain_grpo_advantages,
-    scatter_to_tokens,
-    zero_advantage_groups,
-)
+from hat.train.gdpo import scatter_to_tokens, segment_advantages, zero_advantage_groups
 from hat.train.rl_config import HatRLConfig
 from hat.train.rollouts import Rollout, RolloutJob, RolloutPolicy, RolloutRunner
 from hat.train.trl_configs import lora_config
@@ -71,7 +65,6 @@ __all__ = [
     "load_policy",
     "plot_diagnostics",
     "rl_episodes",
-    "segment_advantages",
     "train_rl",
 ]
 
@@ -85,32 +78,6 @@ COT_BANDS = (("le100", 100.0), ("100-200", 200.0), ("gt200", math.inf))
 
 
 # -- advantages -----------------------------------------------------------------------------------
-def segment_advantages(
-    kind: str,
-    rewards: Mapping[str, Sequence[float]],
-    cot_q: Mapping[str, Sequence[float]],
-    q_total: Sequence[float],
-    group_ids: Sequence[int],
-    segment_dims: Mapping[str, Sequence[str]],
-    lam: float,
-    eps: float,
-) -> dict[str, Any]:
-    """Per segment, one advantage per rollout for the chosen ``kind`` (``HatRLConfig.advantage``).
-    The ablations give every segment the same sequence-level value; their length term is the
-    report's raw ``−λ·q(L)`` of the whole rollout, weighted like any dimension."""
-    if kind == "segments":
-        return decomposed_advantages(rewards, group_ids, segment_dims, cot_q, lam, eps)
-    summed = {**rewards, "q": q_total}
-    weights = {"q": -lam}
-    if kind == "grpo":
-        value = plain_grpo_advantages(summed, group_ids, weights, eps)
-    elif kind == "normalize_then_sum":
-        value = normalize_then_sum_advantages(summed, group_ids, weights, eps)
-    else:
-        raise HatError(f"unknown advantage {kind!r}; use segments, grpo or normalize_then_sum")
-    return {segment: value for segment in segment_dims}
-
-
 def _reward_reader(name: str) -> Callable[..., list[float]]:
     """A TRL reward function that reads one precomputed value per rollout from the ``hat_rewards``
     column (the rollouts already ran the judges), so TRL logs ``rewards/<name>/mean``."""

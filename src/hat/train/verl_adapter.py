@@ -69,12 +69,7 @@ import numpy.typing as npt
 from hat.errors import HatError, ModelError
 from hat.judge import SEGMENTS
 from hat.models.base import Generation, GenerationConfig, Message, ModelBackend
-from hat.train.gdpo import (
-    decomposed_advantages,
-    normalize_then_sum_advantages,
-    plain_grpo_advantages,
-    scatter_to_tokens,
-)
+from hat.train.gdpo import scatter_to_tokens, segment_advantages
 from hat.train.rl_defaults import ADVANTAGES, RL
 
 __all__ = [
@@ -258,18 +253,13 @@ def rollout_advantages(
     kind: str, records: Sequence[RolloutRecord], groups: Sequence[int], layout: RewardLayout, lam: float, eps: float
 ) -> dict[str, npt.NDArray[np.float64]]:
     """Per segment, one advantage per rollout, for ``hat train rl``'s three kinds (as
-    ``hat.train.rl.segment_advantages``): ``segments`` (HAT's), and the ablations ``grpo`` and
+    ``hat.train.gdpo.segment_advantages``): ``segments`` (HAT's), and the ablations ``grpo`` and
     ``normalize_then_sum``, which give every segment one sequence value whose length term is
     ``−λ·q(L)`` of the whole rollout, weighted like any dimension."""
     rewards = {d: [r.rewards[d] for r in records] for d in layout.dims}
-    if kind == "segments":
-        cot = {s: [r.cot_q[s] for r in records] for s in layout.segments}
-        return decomposed_advantages(rewards, groups, layout.segment_dims, cot, lam, eps)
-    aggregate = {"grpo": plain_grpo_advantages, "normalize_then_sum": normalize_then_sum_advantages}
-    if kind not in aggregate:
-        raise HatError(f"unknown advantage {kind!r}; use one of {', '.join(ADVANTAGES)}")
-    value = aggregate[kind]({**rewards, "q": [r.q_total for r in records]}, groups, {"q": -lam}, eps)
-    return {segment: value for segment in layout.segments}
+    cot = {s: [r.cot_q[s] for r in records] for s in layout.segments}
+    q_total = [r.q_total for r in records]
+    return segment_advantages(kind, rewards, cot, q_total, groups, layout.segment_dims, lam, eps)
 
 
 def token_advantages(
