@@ -127,7 +127,12 @@ class ReplyRequestBase(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    room_id: str = Field(min_length=1, max_length=128, pattern=ID_PATTERN, description="Live room id.")
+    room_id: str = Field(
+        min_length=1,
+        max_length=128,
+        pattern=ID_PATTERN,
+        description="Id of the live room (or channel, conversation) the request belongs to; echoed in the reply.",
+    )
     request_id: str | None = Field(
         default=None,
         max_length=64,
