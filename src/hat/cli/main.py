@@ -99,7 +99,7 @@ def _with_status(record: dict[str, Any]) -> dict[str, Any]:
 
 def _announce(record: dict[str, Any]) -> None:
     for text in record["input_notes"]:
-        note(f"the comment was changed before the model saw it ({text})")
+        note(f"the message was changed before the model saw it ({text})")
 
 
 CONTEXT_HELP = (
