@@ -11,4 +11,5 @@ E=reports/stage1b/eval.sh
 [ -f reports/stage1b/eval/ifeval_hf__work_runs_stage1b_sft-hsa-s0.json ] || $E hf:$R/sft-hsa-s0 ifeval:541
 [ -f reports/stage1b/eval/ifeval_smollm2.json ] || $E smollm2 ifeval:541
 [ -f reports/stage1b/eval/ifeval_hf__work_runs_stage1b_sft-fixed.json ] || $E hf:$R/sft-fixed ifeval:541
+[ -f reports/stage1b/eval/t2_smollm2.json ] || $E smollm2 t2:100
 for m in smollm2 hf:$R/sft-fixed hf:$R/sft-hsa-s0; do $E "$m" t3-tool:100 t3-prompt:100; done
