@@ -3,6 +3,7 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -118,3 +119,32 @@ def save_tiny_llama(folder: Path, tokenizer: object, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     LlamaForCausalLM(config).save_pretrained(folder)
     return folder
+
+
+def assert_concurrent_streams_match_serial(model: Any, prompts: list[list[dict[str, str]]], config: Any) -> None:
+    """Streams started together on one model each carry their own ``Generation``: the text and
+    token counts equal those of the same prompts generated one at a time (no shared state)."""
+    import threading
+
+    serial = [model.generate(p, config) for p in prompts]
+    assert len({g.text for g in serial}) > 1  # different answers, so a mix-up would show
+    got: dict[int, tuple[str, Any]] = {}
+    barrier = threading.Barrier(len(prompts))
+
+    def run(i: int) -> None:
+        stream = model.stream(prompts[i], config)
+        barrier.wait()
+        got[i] = ("".join(stream), stream.generation)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for i, expected in enumerate(serial):
+        text, generation = got[i]
+        assert generation is not None and text == generation.text == expected.text
+        assert (generation.prompt_tokens, generation.completion_tokens) == (
+            expected.prompt_tokens,
+            expected.completion_tokens,
+        )

@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from conftest import assert_concurrent_streams_match_serial
 from hat.errors import MissingDependencyError, ModelSpecError
 from hat.models import load_model, model_specs
 from hat.models.base import Generation, GenerationConfig, Stream
@@ -197,30 +197,8 @@ def test_tiny_cuts_stop_strings_like_every_backend(tiny: LlamaCppModel) -> None:
 
 
 def test_tiny_concurrent_streams_each_get_their_own_generation(tiny: LlamaCppModel) -> None:
-    config = GenerationConfig(max_new_tokens=10)
     prompts = [[{"role": "user", "content": f"is the {c} bag in stock?"}] for c in ("red", "blue", "green")]
-    serial = [tiny.generate(p, config) for p in prompts]
-    assert len({g.text for g in serial}) > 1  # different answers, so a mix-up would show
-    got: dict[int, tuple[str, Generation | None]] = {}
-    barrier = threading.Barrier(len(prompts))
-
-    def run(i: int) -> None:
-        stream = tiny.stream(prompts[i], config)
-        barrier.wait()
-        got[i] = ("".join(stream), stream.generation)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    for i, expected in enumerate(serial):
-        text, generation = got[i]
-        assert generation is not None and text == generation.text == expected.text
-        assert (generation.prompt_tokens, generation.completion_tokens) == (
-            expected.prompt_tokens,
-            expected.completion_tokens,
-        )
+    assert_concurrent_streams_match_serial(tiny, prompts, GenerationConfig(max_new_tokens=10))
 
 
 def test_tiny_stream_closed_early_reports_what_was_generated(tiny: LlamaCppModel) -> None:

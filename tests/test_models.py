@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import pytest
 
 import hat.models as models
+from conftest import assert_concurrent_streams_match_serial
 from hat.errors import MissingDependencyError, ModelError, ModelSpecError
 from hat.models import (
     Generation,
@@ -704,30 +705,8 @@ def test_transformers_stream_reports_cached_tokens_like_generate(tiny: Transform
 
 
 def test_concurrent_streams_on_one_model_each_get_their_own_generation(tiny: TransformersModel) -> None:
-    config = GenerationConfig(max_new_tokens=8)
     prompts = [[{"role": "user", "content": f"is the {c} jacket in stock?"}] for c in ("red", "blue", "green", "black")]
-    serial = [tiny.generate(p, config) for p in prompts]
-    assert len({g.text for g in serial}) > 1  # different answers, so a mix-up would show
-    got: dict[int, tuple[str, Generation | None]] = {}
-    barrier = threading.Barrier(len(prompts))
-
-    def run(i: int) -> None:
-        stream = tiny.stream(prompts[i], config)
-        barrier.wait()
-        got[i] = ("".join(stream), stream.generation)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    for i, expected in enumerate(serial):
-        text, generation = got[i]
-        assert generation is not None and text == generation.text == expected.text
-        assert (generation.prompt_tokens, generation.completion_tokens) == (
-            expected.prompt_tokens,
-            expected.completion_tokens,
-        )
+    assert_concurrent_streams_match_serial(tiny, prompts, GenerationConfig(max_new_tokens=8))
 
 
 def test_simulator_model_specs_load_through_entry_points_without_importing_the_simulator() -> None:

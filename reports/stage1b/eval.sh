@@ -8,7 +8,7 @@ set -euo pipefail
 model="$1"; shift
 suites=("$@")
 [ ${#suites[@]} -gt 0 ] || suites=(t1:100 t2:100 t3-tool:100 t3-prompt:100 ifeval:541)
-out=reports/stage1b/eval
+out=${EVAL_OUT:-reports/stage1b/eval}  # stage1c/eval.sh sets its own folder
 mkdir -p "$out"
 for spec in "${suites[@]}"; do
   suite=${spec%%:*}; n=${spec##*:}

@@ -1,21 +1,5 @@
 #!/usr/bin/env bash
-# Evaluate one model on the stage-1c suites: n = 100 per livestream suite, IFEval on all 541 prompts,
-# evaluation seed 1 (stage 1 used 0; training data uses world seeds >= 10,000), batched float32
-# greedy decoding (identical to unbatched, tested). Summaries and per-case progress go to
-# reports/stage1c/eval/.
+# Evaluate one model for stage 1, attempt 3: the same suites, n and seeds as attempt 2
+# (reports/stage1b/eval.sh), with the summaries in reports/stage1c/eval/.
 # usage: reports/stage1c/eval.sh <model spec> [suite:n ...]   (repo root, .venv active)
-set -euo pipefail
-model="$1"; shift
-suites=("$@")
-[ ${#suites[@]} -gt 0 ] || suites=(t1:100 t2:100 t3-tool:100 t3-prompt:100 ifeval:541)
-out=reports/stage1c/eval
-mkdir -p "$out"
-for spec in "${suites[@]}"; do
-  suite=${spec%%:*}; n=${spec##*:}
-  case "$suite" in
-    ifeval) extra=(--max-new-tokens 256) ;;
-    *) extra=(--seed 1 --batch-size 16) ;;
-  esac
-  /usr/bin/time -f "$suite $model wall %e s" hat eval --suite "$suite" --model "$model" --n "$n" "${extra[@]}" \
-    --json --out "$out"
-done
+EVAL_OUT=reports/stage1c/eval exec "$(dirname "$0")/../stage1b/eval.sh" "$@"
