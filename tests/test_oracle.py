@@ -112,8 +112,11 @@ def test_oracle_is_well_formed_on_every_intent(key: str) -> None:
     assert len(trace.rounds) <= HARNESS.limits.max_rounds
     assert 0 < len(trace.reply) <= HARNESS.limits.reply_max_chars
     assert 0 < think_words(trace) < 60
-    expected = [(c.function_id, {k: v for k, v in c.arguments.items() if v is not None}) for c in ep.gold.tool_calls]
-    assert called(trace) == expected  # production names are the function ids
+    assert [name for name, _ in called(trace)] == [c.function_id for c in ep.gold.tool_calls]  # production names
+    for (_, arguments), gold in zip(called(trace), ep.gold.tool_calls, strict=True):  # a product may be in words
+        assert {k: v for k, v in arguments.items() if k != "product"} == {
+            k: v for k, v in gold.arguments.items() if v is not None and k != "product"
+        }
     assert all(c.status == "ok" for c in trace.tool_calls)
     assert set(trace.skills_loaded) == set(ep.gold.skills)
     for fact in ep.gold.facts:
@@ -320,3 +323,48 @@ def test_simulate_and_request() -> None:
     assert request.context["room"]["order"] and len(request.context["faq"]) <= 2 and "faults" in request.resources
     trace = simulate(ep, HARNESS)
     assert trace.status == "ok" and trace.context["episode_id"] == "ep-price" and trace.context["faults"] == []
+
+
+# -- what the teacher may know ---------------------------------------------------------------------
+def test_oracle_passes_only_product_references_the_model_can_see() -> None:
+    """An id shown nowhere in the prompt, history or comments is passed as the viewer's words for the
+    product (or a step through the room order), which the tool resolves to the gold product: a
+    student trained on the oracle's rows must not learn to invent ids."""
+    fryer = run(EPISODES["order_change"])  # "can u show the air fryer": p-fryer-01 is not in the prompt
+    assert "p-fryer-01" not in fryer.system_prompt
+    assert called(fryer) == [("switch_product_link", {"product": "air fryer"})]
+    assert fryer.tool_calls[0].result["on_display"] == "p-fryer-01" and fryer.status == "ok"
+    stock = run(EPISODES["stock"])  # the product on display: its id is in the prompt, so it is used
+    assert "p-dress-01" in stock.system_prompt and called(stock)[0][1]["product"] == "p-dress-01"
+    room = {"on_display": "p-dress-01", "order": ["p-fryer-01", "p-dress-01", "p-serum-01"]}
+    back = episode(
+        "ep-back",
+        "can u go back",
+        Gold(
+            "order_change",
+            (GoldCall("switch_product_link", {"product": "p-fryer-01"}),),
+            skills=("presentation-order",),
+        ),
+        room=room,
+    )
+    trace = run(back)
+    assert called(trace) == [("switch_product_link", {"product": "previous"})]
+    assert trace.tool_calls[0].result["on_display"] == "p-fryer-01"
+
+
+def test_oracle_product_arguments_are_visible_on_a_simulated_suite() -> None:
+    """Under production and held-out variants (renamed tools and parameters), no product id the
+    oracle passes is missing from what the model sees."""
+    from hat.eval.suites import build_cases
+
+    leaks, refs = [], 0
+    for case in build_cases("t2", n=60, seed=3):
+        trace = run(case.episode, case.harness)
+        seen = "\n".join([trace.system_prompt, *(m["content"] for m in case.episode.history), *case.episode.comments])
+        for call in trace.tool_calls:
+            for value in call.arguments.values():
+                if isinstance(value, str) and re.fullmatch(r"p-[a-z]+-\d+", value):
+                    leaks += [] if value in seen else [value]
+                elif call.status == "ok" and isinstance(call.result, dict) and "product" in call.result:
+                    refs += 1
+    assert leaks == [] and refs > 5

@@ -35,6 +35,8 @@ __all__ = [
     "catalog_for",
     "find_product",
     "load_catalog",
+    "product_index",
+    "token_score",
     "tokens",
 ]
 
@@ -61,7 +63,7 @@ def tokens(text: str) -> list[str]:
     return [w[:-1] if len(w) >= 5 and w.endswith("s") and not w.endswith("ss") else w for w in words]
 
 
-def _product_index(product: Mapping[str, Any]) -> dict[str, float]:
+def product_index(product: Mapping[str, Any]) -> dict[str, float]:
     """token -> weight of the strongest field it appears in."""
     fields: list[tuple[str, Iterable[str]]] = [
         ("name", [product["name"]]),
@@ -78,7 +80,7 @@ def _product_index(product: Mapping[str, Any]) -> dict[str, float]:
     return index
 
 
-def _token_score(tok: str, index: Mapping[str, float], *, fuzzy: bool) -> float:
+def token_score(tok: str, index: Mapping[str, float], *, fuzzy: bool) -> float:
     if tok in index:
         return index[tok]
     if not fuzzy or len(tok) < 4:  # short tokens ("m", "xl", "red") only count when exact
@@ -125,12 +127,12 @@ class Catalog:
     def rank_products(self, query: str) -> list[tuple[float, dict[str, Any]]]:
         """Every product with a positive match score for ``query``, best first (catalog order on ties)."""
         query_tokens = [t for t in tokens(query) if t not in _STOPWORDS]
-        indexes = [_product_index(p) for p in self.products]
+        indexes = [product_index(p) for p in self.products]
         # A word that is exact somewhere ("black") is not a typo of another word ("block").
         known = {t for t in query_tokens if any(t in index for index in indexes)}
         scored = []
         for product, index in zip(self.products, indexes, strict=True):
-            score = sum(_token_score(t, index, fuzzy=t not in known) for t in query_tokens)
+            score = sum(token_score(t, index, fuzzy=t not in known) for t in query_tokens)
             if score > 0:
                 scored.append((round(score, 3), product))
         return sorted(scored, key=lambda item: -item[0])

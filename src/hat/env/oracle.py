@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from hat.env.catalog import Catalog, product_index, token_score, tokens
 from hat.env.episode import Episode, GoldCall
 from hat.env.world import world_catalog
 from hat.harness.grounding import Grounding, is_number, mentions_number
@@ -36,6 +37,7 @@ from hat.models.scripted import truncate_at_stop, word_pieces
 __all__ = ["OracleModel"]
 
 MAX_TOOL_RETRIES = 2
+_MAX_REF_WORDS = 5  # the longest run of a comment's words the oracle passes as a product reference
 _FREE_TEXT = {"search_faq": "query", "handoff_to_service": "reason"}  # any wording; gold leaves them None
 _TOOL_RESPONSE = re.compile(r"<tool_response>(.*?)</tool_response>", re.S)
 _PLANS = (
@@ -86,6 +88,41 @@ def _named_call(harness: Harness, gold: GoldCall, comments: Sequence[str]) -> To
     free = _FREE_TEXT.get(gold.function_id)
     args = {**gold.arguments, **({free: " ".join(comments)} if free and gold.arguments.get(free) is None else {})}
     return ToolCall(tool.name, {str(rename.get(k, k)): v for k, v in args.items() if v is not None})
+
+
+def _reference(comments: Sequence[str], product_id: str, catalog: Catalog, display: str | None) -> str | None:
+    """The viewer's own words for ``product_id`` that the tools resolve back to it
+    (``catalog.find_product``, the display winning ties, as the tools do): the longest run of words
+    that each match the product (name, alias, brand, category, colour; typos included), else the
+    shortest run of any words; the first text of ``comments`` with such a run wins; ``None`` when
+    none has one."""
+    product = catalog.product(product_id)
+    if product is None:
+        return None
+    index = product_index(product)
+    resolves = lambda phrase: (catalog.find_product(phrase, prefer=display) or {}).get("id") == product_id  # noqa: E731
+    for text in comments:
+        words = re.findall(r"[\w'&-]+", text)
+        own = [any(token_score(t, index, fuzzy=True) > 0 for t in tokens(w)) for w in words]
+        runs = [(i, j) for i in range(len(words)) for j in range(i + 1, len(words) + 1) if all(own[i:j])]
+        named = [" ".join(words[i:j]) for i, j in sorted(runs, key=lambda r: (r[0] - r[1], r[0]))]
+        spans = [(i, i + n) for n in range(1, min(_MAX_REF_WORDS, len(words)) + 1) for i in range(len(words) - n + 1)]
+        for phrase in [*named, *(" ".join(words[i:j]) for i, j in spans)]:
+            if resolves(phrase):
+                return phrase
+    return None
+
+
+def _step_word(room: dict[str, Any], product_id: str) -> str | None:
+    """ "previous" / "next" / "first" / "last" when that step through the room's product order (which
+    ``switch_product_link`` understands) lands on ``product_id``, else ``None``."""
+    order = [str(p) for p in room.get("order", [])]
+    if product_id not in order:
+        return None
+    at, current = order.index(product_id), room.get("on_display")
+    if current in order and abs(step := at - order.index(str(current))) == 1:
+        return "next" if step == 1 else "previous"
+    return "first" if at == 0 else "last" if at == len(order) - 1 else None
 
 
 def _skill_call(harness: Harness, function_id: str) -> ToolCall | None:
@@ -392,6 +429,8 @@ class _Policy:
         self.harness = harness
         self.seed = seed
         self.view = harness  # where names come from: the current harness (the memoriser: production)
+        self._seen = "\n".join([*(str(m.get("content", "")) for m in episode.history), *episode.comments])
+        self._refs: dict[str, str | None] = {}  # product id -> the viewer's words for it (or None)
 
     def rng(self, round_index: int) -> random.Random:
         return random.Random(f"{self.seed}:{self.episode.episode_id}:{round_index}")
@@ -428,6 +467,9 @@ class OracleModel(_Policy):
 
     def output(self, messages: Sequence[Message]) -> str:
         state = _read(messages, len(self.episode.history), self.view)
+        self._seen = "\n".join(
+            [state.prompt, *(str(m.get("content", "")) for m in self.episode.history), *self.episode.comments]
+        )
         rng = self.rng(state.rounds)
         if state.rounds == 0:
             return self.first_round(state, rng)
@@ -443,7 +485,27 @@ class OracleModel(_Policy):
     def planned(self) -> list[tuple[str, ToolCall]]:
         """(function id, call under the view's names) per gold call whose tool the view has."""
         gold = self.episode.gold.tool_calls if self.use_tools else ()
-        return [(g.function_id, c) for g in gold if (c := _named_call(self.view, g, self.episode.comments))]
+        calls = ((g.function_id, _named_call(self.view, self.visible_gold(g), self.episode.comments)) for g in gold)
+        return [(f, c) for f, c in calls if c]
+
+    def visible_gold(self, gold: GoldCall) -> GoldCall:
+        """``gold`` as a model can make it: a product id that appears nowhere in what the model sees
+        before its first step (system prompt, history, comments) is replaced by the words the
+        comments (else the latest history turn) use for the product, which the tools resolve to the
+        same id (:func:`_reference`). Without this
+        the teacher would pass ids only the simulator knows, and a student trained on its rows
+        learns to invent ids ("p-battery-06" for "rc car battery life")."""
+        pid = gold.arguments.get("product")
+        if not isinstance(pid, str) or pid in self._seen:
+            return gold
+        if pid not in self._refs:
+            catalog = world_catalog(self.episode.world_seed)
+            said = [*self.episode.comments, *(str(m.get("content", "")) for m in reversed(self.episode.history))]
+            self._refs[pid] = _reference(said, pid, catalog, self.episode.room.get("on_display"))
+            if self._refs[pid] is None and gold.function_id == "switch_product_link":
+                self._refs[pid] = _step_word(self.episode.room, pid)  # "go back": the tool takes "previous"
+        ref = self._refs[pid]
+        return gold if ref is None else GoldCall(gold.function_id, {**gold.arguments, "product": ref})
 
     def first_round(self, state: _State, rng: random.Random) -> str:
         intent = self.episode.gold.intent
