@@ -39,7 +39,9 @@ def _stderr(eval_dir: Path, suite: str, slug: str, summary: dict) -> float | Non
     if suite == "ifeval":
         p, n = float(summary["score"]) / 100, int(summary["n"])
         return 100 * math.sqrt(p * (1 - p) / n) if n else None
-    path = eval_dir / f"{suite}_{slug}.progress.jsonl"
+    path = eval_dir / f"{suite}_{slug}.progress.jsonl"  # attempt 2's case log; later runs keep _cases.jsonl
+    if not path.is_file():
+        path = eval_dir / f"{suite}_{slug}_cases.jsonl"
     if not path.is_file():
         return None
     cases = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
