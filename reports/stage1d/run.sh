@@ -15,7 +15,8 @@ mkdir -p "$RUNS"
 [ -f "$REPLAY/data.jsonl" ] || hat datagen-general --n 720 --batch-size 64 --max-new-tokens 384 --dtype bfloat16 \
   --seed 0 --out "$REPLAY" --json > "$RUNS/general.json"
 
-train() {  # name, extra args...
+train() {  # name, extra args...   (ONLY=<name>: train that one model and skip the others)
+  [ -n "${ONLY:-}" ] && [ "$ONLY" != "$1" ] && return 0
   local out="$RUNS/$1"; shift
   [ -f "$out/sft_result.json" ] && return 0
   local resume=(); [ -d "$out" ] && ls -d "$out"/checkpoint-* >/dev/null 2>&1 && resume=(--resume)
