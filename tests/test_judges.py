@@ -258,6 +258,30 @@ def test_arguments_compare_by_product_id_and_resolved_values():
     assert tool_rationality(PRICE_EP, trace(GOOD_REPLY, (other,)), BASE).score == 0.5
 
 
+def test_a_product_in_words_counts_even_when_the_call_returned_nothing():
+    """A call whose backend timed out has no result to echo the product: the written argument is read
+    the way the tool reads it (a name, or a step through the room order for switch_product_link)."""
+    hoodie = GoldCall("get_price", {"product": "p-hoodie-01"})
+    ep = episode("product_qa", "how much is the hoodie?", tool_calls=(hoodie,))
+    late = {"error": "get_price did not answer within 5s"}
+    words = tool_rationality(
+        ep, trace("Let me check that!", (call("get_price", {"product": "hoodie"}, late, "timeout"),)), BASE
+    )
+    wrong = tool_rationality(
+        ep, trace("Let me check that!", (call("get_price", {"product": "serum"}, late, "timeout"),)), BASE
+    )
+    assert "arguments" not in words.reason and "arguments 0% right" in wrong.reason
+    room = {**ROOM, "order": ["p-hoodie-01", "p-dress-01"]}
+    back = dataclasses.replace(
+        episode(
+            "order_change", "can u go back", tool_calls=(GoldCall("switch_product_link", {"product": "p-hoodie-01"}),)
+        ),
+        room=room,
+    )
+    empty = call("switch_product_link", {"product": "previous"}, {"note": "the backend returned no data"}, "ok")
+    assert "arguments" not in tool_rationality(back, trace("One sec, switching!", (empty,)), BASE).reason
+
+
 def test_stale_tool_name_after_a_rename():
     h = renamed(BASE, "get_price", "price_lookup")
     assert h.tool("get_price") is None and h.tool_by_function("get_price").name == "price_lookup"

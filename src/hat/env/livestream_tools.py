@@ -48,7 +48,9 @@ __all__ = [
     "get_specs",
     "get_stock",
     "handoff_to_service",
+    "resolve_reference",
     "search_faq",
+    "step_in_order",
     "switch_product_link",
 ]
 
@@ -260,17 +262,22 @@ def search_faq(query: str, *, context: ToolContext | None = None) -> dict[str, A
 
 def _step_in_order(product: str, catalog: Catalog, context: ToolContext | None) -> str | None:
     """Resolve "next" / "previous" / "first" / "last" against the room's product order."""
-    words = [w for w in re.findall(r"[a-z]+", product.lower()) if w in _NEXT_WORDS]
+    room = _room(context) if context is not None else catalog.room
+    return step_in_order(product, list(room.get("order", [])), _on_display(context))
+
+
+def step_in_order(text: str, order: list[str], current: str | None) -> str | None:
+    """The product id that "next" / "previous" / "first" / "last" in ``text`` names in the room
+    ``order`` seen from ``current``; ``None`` when ``text`` has no such word; ``ValueError`` (with
+    what to do instead) when the step leads nowhere."""
+    words = [w for w in re.findall(r"[a-z]+", text.lower()) if w in _NEXT_WORDS]
     if not words:
         return None
-    room = _room(context) if context is not None else catalog.room
-    order: list[str] = list(room.get("order", []))
     word = words[0]
     if not order:
         raise ValueError(f"cannot go {word!r}: the room has no product order; pass a product id")
     if word in ("first", "last"):
         return order[0] if word == "first" else order[-1]
-    current = _on_display(context)
     if current not in order:
         raise ValueError(f"cannot go {word!r}: nothing on display is in the room order; pass a product id")
     index = order.index(current) + _NEXT_WORDS[word]
@@ -278,6 +285,23 @@ def _step_in_order(product: str, catalog: Catalog, context: ToolContext | None) 
         end = "last" if index >= len(order) else "first"
         raise ValueError(f"{current} is the {end} product in the order; pass a product id instead")
     return order[index]
+
+
+def resolve_reference(text: str, catalog: Catalog, room: dict[str, Any], *, steps: bool = False) -> str | None:
+    """The product id a tool would take ``text`` to mean in ``room`` (fuzzy name, alias or id, the
+    display winning ties; with ``steps``, also "next"/"previous"/... as ``switch_product_link``
+    reads them); ``None`` when it would fail. For judges that check a written argument whose call
+    returned nothing to compare with."""
+    display = room.get("on_display")
+    if steps:
+        try:
+            stepped = step_in_order(text, [str(p) for p in room.get("order", [])], display)
+        except ValueError:
+            return None
+        if stepped is not None:
+            return stepped
+    found = catalog.find_product(text, prefer=display)
+    return None if found is None else str(found["id"])
 
 
 @backend

@@ -39,7 +39,7 @@ model does *after* the failure is scored by ``unhandled_fault``.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from hat.env.episode import Episode, GoldCall
@@ -68,6 +68,7 @@ PENALTY: dict[str, float] = {
     "unhandled_fault": 0.3,
 }
 FREE_TEXT_PARAMS = frozenset({"query", "reason"})
+Resolver = Callable[[str, str], "str | None"]  # (written product argument, function id) -> product id
 _ECHO_KEYS: dict[str, tuple[str, ...]] = {"product": ("product", "on_display")}
 _NUMERIC = re.compile(r"[-+]?\d+(?:[.,]\d+)*")
 _STOP = frozenset(
@@ -105,8 +106,12 @@ def _echoes(name: str, call: ResolvedCall) -> list[Any]:
     return [v for v in out if v is not None and v != ""]
 
 
-def _arg_matches(name: str, gold: Any, call: ResolvedCall, on_display: Any) -> bool:
+def _arg_matches(name: str, gold: Any, call: ResolvedCall, on_display: Any, resolve: Resolver | None = None) -> bool:
     echoes = _echoes(name, call)
+    written = call.arguments.get(name)
+    if resolve is not None and name in _ECHO_KEYS and isinstance(gold, str) and isinstance(written, str):  # noqa: SIM102
+        if resolve(written, call.function_id or "") == gold:  # words or a step the tool reads as the gold product
+            return True
     if gold is None and name in FREE_TEXT_PARAMS:
         return True  # any wording of a free-text argument is fine
     if gold is None:
@@ -118,16 +123,23 @@ def _arg_matches(name: str, gold: Any, call: ResolvedCall, on_display: Any) -> b
     return any(values_match(gold, v) for v in echoes)
 
 
-def arguments_score(gold: GoldCall, call: ResolvedCall, on_display: Any = None) -> float:
-    """Share of the gold call's arguments the call matches (1 when the gold call has none)."""
+def arguments_score(
+    gold: GoldCall, call: ResolvedCall, on_display: Any = None, resolve: Resolver | None = None
+) -> float:
+    """Share of the gold call's arguments the call matches (1 when the gold call has none). A
+    product argument matches when the call's result names the gold product, or — for a call that
+    failed or came back empty — when ``resolve`` (what the tools would make of the written words)
+    maps it to the gold product."""
     if not gold.arguments:
         return 1.0
-    hits = sum(_arg_matches(name, value, call, on_display) for name, value in gold.arguments.items())
+    hits = sum(_arg_matches(name, value, call, on_display, resolve) for name, value in gold.arguments.items())
     return hits / len(gold.arguments)
 
 
 # -- the parts of the formula ----------------------------------------------------------------------------------
-def _coverage(gold_calls: list[GoldCall], calls: list[ResolvedCall], on_display: Any) -> tuple[float, list[str]]:
+def _coverage(
+    gold_calls: list[GoldCall], calls: list[ResolvedCall], on_display: Any, resolve: Resolver | None = None
+) -> tuple[float, list[str]]:
     used: set[int] = set()
     credits, notes = [], []
     for g in gold_calls:
@@ -143,13 +155,23 @@ def _coverage(gold_calls: list[GoldCall], calls: list[ResolvedCall], on_display:
             credits.append(0.0)
             notes.append(f"{g.function_id} not called")
             continue
-        best = max(candidates, key=lambda c: (arguments_score(g, c, on_display), c.ok, -c.position))
+        best = max(candidates, key=lambda c: (arguments_score(g, c, on_display, resolve), c.ok, -c.position))
         used.add(best.position)
-        score = arguments_score(g, best, on_display)
+        score = arguments_score(g, best, on_display, resolve)
         credits.append(0.5 + 0.5 * score)
         if score < 1.0:
             notes.append(f"{g.function_id} arguments {score:.0%} right")
     return (sum(credits) / len(credits) if credits else 1.0), notes
+
+
+def _resolver(episode: Episode) -> Resolver:
+    """What the livestream tools would make of a written product reference in this episode's room."""
+    from hat.env.livestream_tools import resolve_reference
+    from hat.env.world import world_catalog
+
+    catalog = world_catalog(episode.world_seed)
+    room = dict(episode.room)
+    return lambda text, function_id: resolve_reference(text, catalog, room, steps=function_id == "switch_product_link")
 
 
 def _category(call: ResolvedCall, allowed: set[str], seen_ok: set[str], decoys: set[str]) -> str | None:
@@ -195,7 +217,7 @@ def tool_rationality(episode: Episode, trace: Trace, harness: Harness) -> JudgeR
     gold = episode.gold
     calls = resolve_calls(trace, harness)
     available = [g for g in gold.tool_calls if harness.tool_by_function(g.function_id) is not None]
-    coverage, notes = _coverage(available, calls, episode.room.get("on_display"))
+    coverage, notes = _coverage(available, calls, episode.room.get("on_display"), _resolver(episode))
     allowed = {g.function_id for g in gold.tool_calls} | set(gold.optional_tools)
     decoys = {t.function_id for t in harness.tools if flagged_decoy(t.metadata)}
     mistakes = _mistakes(calls, allowed, decoys)
