@@ -114,15 +114,19 @@ def _reference(comments: Sequence[str], product_id: str, catalog: Catalog, displ
 
 
 def _step_word(room: dict[str, Any], product_id: str) -> str | None:
-    """ "previous" / "next" / "first" / "last" when that step through the room's product order (which
-    ``switch_product_link`` understands) lands on ``product_id``, else ``None``."""
-    order = [str(p) for p in room.get("order", [])]
-    if product_id not in order:
-        return None
-    at, current = order.index(product_id), room.get("on_display")
-    if current in order and abs(step := at - order.index(str(current))) == 1:
-        return "next" if step == 1 else "previous"
-    return "first" if at == 0 else "last" if at == len(order) - 1 else None
+    """The word of "previous" / "next" / "first" / "last" that ``switch_product_link`` (through
+    :func:`~hat.env.livestream_tools.step_in_order`) takes to ``product_id`` in ``room``, else ``None``."""
+    from hat.env.livestream_tools import step_in_order
+
+    order, current = [str(p) for p in room.get("order", [])], room.get("on_display")
+
+    def lands(word: str) -> bool:
+        try:
+            return step_in_order(word, order, current) == product_id
+        except ValueError:
+            return False
+
+    return next((w for w in ("previous", "next", "first", "last") if lands(w)), None)
 
 
 def _skill_call(harness: Harness, function_id: str) -> ToolCall | None:
@@ -429,7 +433,7 @@ class _Policy:
         self.harness = harness
         self.seed = seed
         self.view = harness  # where names come from: the current harness (the memoriser: production)
-        self._seen = "\n".join([*(str(m.get("content", "")) for m in episode.history), *episode.comments])
+        self._prompt = ""  # the system prompt, read by :meth:`OracleModel.output`
         self._refs: dict[str, str | None] = {}  # product id -> the viewer's words for it (or None)
 
     def rng(self, round_index: int) -> random.Random:
@@ -467,9 +471,7 @@ class OracleModel(_Policy):
 
     def output(self, messages: Sequence[Message]) -> str:
         state = _read(messages, len(self.episode.history), self.view)
-        self._seen = "\n".join(
-            [state.prompt, *(str(m.get("content", "")) for m in self.episode.history), *self.episode.comments]
-        )
+        self._prompt = state.prompt
         rng = self.rng(state.rounds)
         if state.rounds == 0:
             return self.first_round(state, rng)
@@ -492,15 +494,15 @@ class OracleModel(_Policy):
         """``gold`` as a model can make it: a product id that appears nowhere in what the model sees
         before its first step (system prompt, history, comments) is replaced by the words the
         comments (else the latest history turn) use for the product, which the tools resolve to the
-        same id (:func:`_reference`). Without this
-        the teacher would pass ids only the simulator knows, and a student trained on its rows
-        learns to invent ids ("p-battery-06" for "rc car battery life")."""
+        same id (:func:`_reference`). Without this the teacher would pass ids only the simulator
+        knows, and a student trained on its rows learns to invent ids ("p-battery-06" for "rc car
+        battery life")."""
         pid = gold.arguments.get("product")
-        if not isinstance(pid, str) or pid in self._seen:
+        said = [*self.episode.comments, *(str(m.get("content", "")) for m in reversed(self.episode.history))]
+        if not isinstance(pid, str) or any(pid in text for text in [self._prompt, *said]):
             return gold
         if pid not in self._refs:
             catalog = world_catalog(self.episode.world_seed)
-            said = [*self.episode.comments, *(str(m.get("content", "")) for m in reversed(self.episode.history))]
             self._refs[pid] = _reference(said, pid, catalog, self.episode.room.get("on_display"))
             if self._refs[pid] is None and gold.function_id == "switch_product_link":
                 self._refs[pid] = _step_word(self.episode.room, pid)  # "go back": the tool takes "previous"
