@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 
 import pytest
@@ -105,6 +106,28 @@ def test_pools_are_split_without_overlap():
     ):
         for key, pool in table.items():
             assert not set(pool["train"]) & set(pool["heldout"]), key
+
+
+def _made_up(name: str) -> bool:
+    """A name built only from the train split's made-up syllables (any casing or separator)."""
+    syllables = "|".join(pools.NONCE_SYLLABLES["train"])
+    return all(re.fullmatch(f"(?:{syllables})+", w) for w in re.split(r"[-_]|(?<=[a-z])(?=[A-Z])", name.lower()) if w)
+
+
+def test_made_up_names_only_in_train_variants(base):
+    """Train variants give some tools and skills made-up names (matchable only by description);
+    held-out variants never do, and no held-out pool name has that shape."""
+    names = lambda split: [  # noqa: E731
+        n
+        for v in generate_variants(base, 60, seed=5, split=split)
+        for n in [*v.record.get("tools", {}).values(), *v.record.get("skills", {}).values()]
+    ]
+    train, heldout = names("train"), names("heldout")
+    made_up = [n for n in train if _made_up(n)]
+    assert len(made_up) > len(train) / 4 and len(set(made_up)) > len(made_up) / 2  # many, and rarely repeated
+    assert heldout and not any(_made_up(n) for n in heldout)
+    for table in (pools.SKILL_CONCEPTS, pools.SKILL_FOREIGN, pools.TOOL_CONCEPTS, pools.TOOL_FOREIGN):
+        assert not any(_made_up(n) for pool in table.values() for n in pool["heldout"])
 
 
 def test_unknown_envelope_transform(tmp_path):

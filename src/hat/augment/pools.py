@@ -14,6 +14,8 @@ __all__ = [
     "DECOY_SKILLS",
     "DECOY_TOOLS",
     "FEEDBACK_TEMPLATES",
+    "NONCE_SHARE",
+    "NONCE_SYLLABLES",
     "PARAM_NAMES",
     "REPLY_FIELDS",
     "RULE_PREFIXES",
@@ -115,6 +117,14 @@ SKILL_FOREIGN: dict[str, Pool] = {
 }
 SKILL_STYLES: Pool = {"train": ["concept", "code", "foreign"], "heldout": ["concept", "code", "foreign", "suffixed"]}
 SKILL_CODES: Pool = {"train": "skill-{n}", "heldout": "s-{letter}"}
+# Made-up words (train only): a name that means nothing can only be matched to its description, so a
+# model trained on them has to read the catalogue instead of recalling names. Consonant-vowel
+# syllables; no held-out name is of that shape (a test checks).
+NONCE_SYLLABLES: Pool = {
+    "train": [c + v for c in "bdfgklmnprstvz" for v in "aeiou"],
+    "heldout": [],
+}
+NONCE_SHARE: Pool = {"train": 0.5, "heldout": 0.0}  # share of renamed tools/skills that get a made-up name
 
 # -- parameters -------------------------------------------------------------------------------------
 PARAM_NAMES: dict[str, Pool] = {

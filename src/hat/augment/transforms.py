@@ -86,6 +86,16 @@ def _style(words: list[str], style: str) -> str:
     return "_".join(low)
 
 
+def _nonce(state: AugmentState) -> list[str] | None:
+    """One or two made-up words (``NONCE_SYLLABLES``), for a ``NONCE_SHARE`` of renames; ``None`` on
+    the other draws and on the held-out split (which has no syllables)."""
+    syllables = state.pool(pools.NONCE_SYLLABLES)
+    if not syllables or state.rng.random() >= state.pool(pools.NONCE_SHARE):
+        return None
+    word = lambda: "".join(state.rng.choice(syllables) for _ in range(state.rng.randint(2, 3)))  # noqa: E731
+    return [word() for _ in range(state.rng.randint(1, 2))]
+
+
 def _replace_names(text: str, renames: dict[str, str]) -> str:
     for old, new in sorted(renames.items(), key=lambda kv: -len(kv[0])):
         text = re.sub(rf"(?<![\w\-.]){re.escape(old)}(?![\w\-])", new, text)
@@ -105,6 +115,8 @@ class ToolRename(Augmenter):
     def _new_name(self, state: AugmentState, tool: ToolSpec, index: int) -> str:
         fid = tool.function_id
         style = state.rng.choice(state.pool(pools.TOOL_STYLES))
+        if (nonce := _nonce(state)) is not None:
+            return state.unique([_style(nonce, style if style in ("snake", "camel", "kebab") else "snake")], "tool_x")
         if style == "code":
             code = state.pool({"train": pools.TOOL_CODES["train"], "heldout": pools.TOOL_CODES["heldout"]})
             return state.unique([code.format(n=index + 1, letter=string.ascii_uppercase[index % 26])], "tool_x")
@@ -221,6 +233,8 @@ class SkillRename(Augmenter):
     def _new_name(self, state: AugmentState, skill: Skill, index: int) -> str:
         fid = skill.function_id
         style = state.rng.choice(state.pool(pools.SKILL_STYLES))
+        if (nonce := _nonce(state)) is not None:
+            return state.unique(["-".join(nonce)], "skill-x")
         if style == "code":
             code = state.pool(pools.SKILL_CODES)
             return state.unique([code.format(n=index + 1, letter=string.ascii_lowercase[index % 26])], "skill-x")

@@ -40,11 +40,17 @@ MAX_TOOL_RETRIES = 2
 _MAX_REF_WORDS = 5  # the longest run of a comment's words the oracle passes as a product reference
 _FREE_TEXT = {"search_faq": "query", "handoff_to_service": "reason"}  # any wording; gold leaves them None
 _TOOL_RESPONSE = re.compile(r"<tool_response>(.*?)</tool_response>", re.S)
+# The first round's rationale reads the catalogue: for each skill and tool it will call, the words of
+# its description as the prompt shows them, then its name ({links}: 'skill "Use for questions on a
+# product's stock" -> product-qa; tool "Units in stock" -> get_stock'). A student imitates that
+# reading step; with only the intent in the rationale ("Intent: product qa. Plan: product-qa, ...")
+# attempt 3's model wrote the intent words as the skill name under renamed skills (reports/stage1b.md §5).
 _PLANS = (
-    "A {topic} request. I'll load {skills} and check {tools}, then answer from the results.",
-    "This is {topic}. {tools} first; {skills} has the rules. Quote results exactly.",
-    "Intent: {topic}. Plan: {skills}, then {tools}. Keep the reply short.",
+    "Topic: {topic}. {links}. Then answer from the results.",
+    "This is {topic}. {links}. Quote results exactly.",
+    "Intent: {topic}. {links}. Keep the reply short.",
 )
+_GIST_WORDS = 8
 _NO_PLAN = {"casual_chat": "Small talk; reply warmly, no tools needed.", "other": "Off-topic; decline politely."}
 _GOT_DATA = ("Results are in; answer with what the tools returned.", "I have the data now; keep it short and exact.")
 _NO_DATA = ("The tools failed; don't guess, say I'll check.", "No data came back, so no numbers in the reply.")
@@ -127,6 +133,13 @@ def _step_word(room: dict[str, Any], product_id: str) -> str | None:
             return False
 
     return next((w for w in ("previous", "next", "first", "last") if lands(w)), None)
+
+
+def _gist(item: Skill | ToolSpec | None) -> str:
+    """The opening words of ``item``'s description, verbatim as the prompt shows them: the first
+    sentence, at most ``_GIST_WORDS`` words, without trailing punctuation."""
+    sentence = re.split(r"\.(?:\s|$)", item.description if item else "", maxsplit=1)[0]
+    return " ".join(sentence.split()[:_GIST_WORDS]).rstrip(",:;(")
 
 
 def _skill_call(harness: Harness, function_id: str) -> ToolCall | None:
@@ -517,11 +530,9 @@ class OracleModel(_Policy):
             return self.reply(
                 _compose_reply(self.context(state, rng)), _NO_PLAN.get(intent, "I can answer this from the prompt.")
             )
-        think = rng.choice(_PLANS).format(
-            topic=intent.replace("_", " "),
-            skills=", ".join(str(c.arguments["name"]) for c in skills) or "no skill",
-            tools=", ".join(dict.fromkeys(c.name for c in calls)) or "no tool",
-        )
+        links = [f'skill "{_gist(self.view.skill(str(c.arguments["name"])))}" -> {c.arguments["name"]}' for c in skills]
+        links += [f'tool "{_gist(self.view.tool(name))}" -> {name}' for name in dict.fromkeys(c.name for c in calls)]
+        think = rng.choice(_PLANS).format(topic=intent.replace("_", " "), links="; ".join(links))
         return f"<think>{think}</think>\n" + "\n".join(render_tool_call(c) for c in [*skills, *calls])
 
     def retries(self, state: _State) -> list[ToolCall]:
