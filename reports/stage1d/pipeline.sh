@@ -6,17 +6,18 @@
 set -euo pipefail
 source .venv/bin/activate
 R=${RUNS:-/work/runs/stage1d}
-E=reports/stage1d/eval.sh
-O=reports/stage1d/eval
+A=${ATTEMPT:-reports/stage1d}  # the attempt's folder (later attempts reuse this script)
+E="env EVAL_OUT=$A/eval reports/stage1b/eval.sh"
+O=$A/eval
 done_eval() { [ -f "$O/${1}_$(echo "$2" | sed 's#[^A-Za-z0-9._-]#_#g').json" ]; }  # suite, model spec
 ev() {  # model spec, suites...
   local m="$1"; shift
   for s in "$@"; do done_eval "${s%%:*}" "$m" || $E "$m" "$s"; done
 }
-RUNS=$R ONLY=sft-hsa-s0 bash reports/stage1d/run.sh
+ATTEMPT=$A RUNS=$R ONLY=sft-hsa-s0 bash reports/stage1d/run.sh
 ev "hf:$R/sft-hsa-s0" t1:100 t2:100
-RUNS=$R ONLY=sft-fixed bash reports/stage1d/run.sh
+ATTEMPT=$A RUNS=$R ONLY=sft-fixed bash reports/stage1d/run.sh
 ev "hf:$R/sft-fixed" t1:100 t2:100
-RUNS=$R ONLY=sft-hsa-s1 bash reports/stage1d/run.sh
+ATTEMPT=$A RUNS=$R ONLY=sft-hsa-s1 bash reports/stage1d/run.sh
 ev "hf:$R/sft-hsa-s1" t1:100 t2:100
 for m in "hf:$R/sft-hsa-s0" "hf:$R/sft-fixed" "hf:$R/sft-hsa-s1"; do ev "$m" ifeval:541 t3-tool:100 t3-prompt:100; done

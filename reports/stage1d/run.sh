@@ -6,11 +6,12 @@
 # Run from the repo root after `make install`.
 set -euo pipefail
 source .venv/bin/activate
+A=${ATTEMPT:-reports/stage1d}  # the attempt's folder: its datagen.yaml and sft.yaml (later attempts reuse this script)
 RUNS=${RUNS:-/work/runs/stage1d}
 REPLAY=${REPLAY:-/work/runs/stage1b/general}
 mkdir -p "$RUNS"
 
-[ -f "$RUNS/data/data.jsonl" ] || hat datagen --config reports/stage1d/datagen.yaml --out "$RUNS/data" --json \
+[ -f "$RUNS/data/data.jsonl" ] || hat datagen --config "$A/datagen.yaml" --out "$RUNS/data" --json \
   > "$RUNS/datagen.json"
 [ -f "$REPLAY/data.jsonl" ] || hat datagen-general --n 720 --batch-size 64 --max-new-tokens 384 --dtype bfloat16 \
   --seed 0 --out "$REPLAY" --json > "$RUNS/general.json"
@@ -20,7 +21,7 @@ train() {  # name, extra args...   (ONLY=<name>: train that one model and skip t
   local out="$RUNS/$1"; shift
   [ -f "$out/sft_result.json" ] && return 0
   local resume=(); [ -d "$out" ] && ls -d "$out"/checkpoint-* >/dev/null 2>&1 && resume=(--resume)
-  hat train sft --config reports/stage1d/sft.yaml --data "$RUNS/data" --replay-data "$REPLAY" \
+  hat train sft --config "$A/sft.yaml" --data "$RUNS/data" --replay-data "$REPLAY" \
     --threads 2 --out "$out" "${resume[@]}" "$@" --json > "$out.result.json"
 }
 train sft-hsa-s0 --seed 0
