@@ -16,6 +16,7 @@ import typer
 from typer.testing import CliRunner
 
 from hat.errors import HatError
+from hat.provenance import code_version
 from hat.train import DatagenConfig, generate_dataset, load_rows
 from hat.train.sft import build_trainer, encode_row, match_example_counts, select_rows, train_sft
 from hat.train.sft_config import HatSFTConfig
@@ -189,6 +190,7 @@ def test_lora_sft_lowers_the_loss_and_saves_a_loadable_adapter(tiny_dir: Path, t
     callback = _Losses()
     result = train_sft(_config(out, tiny_dir), SHORT, callbacks=[callback])
     assert result.adapter and result.global_step == 8 and result.n_examples == 4
+    assert json.loads((out / "sft_result.json").read_text())["code"] == code_version() == result.code
     assert callback.losses[-1] < 0.8 * callback.losses[0]
     adapter = json.loads((out / "adapter_config.json").read_text())
     assert adapter["base_model_name_or_path"] == str(tiny_dir.resolve())

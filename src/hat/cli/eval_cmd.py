@@ -244,9 +244,11 @@ def _write_summary(result: Any, markdown: Path, summary_json: Path, command: str
     summary on disk always describes a finished run whose cases are all written."""
     from hat.eval.report import render_markdown
     from hat.eval.runner import write_atomic
+    from hat.provenance import code_version
 
     write_atomic(markdown, render_markdown(result, command))
-    write_atomic(summary_json, json.dumps({**result.summary(), "command": command}, indent=2))
+    summary = {**result.summary(), "command": command, "code": code_version()}
+    write_atomic(summary_json, json.dumps(summary, indent=2))
 
 
 def _external(

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from hat.eval.runner import TASK_DIMS, SuiteResult
+from hat.provenance import code_version
 
 __all__ = ["render_markdown", "write_report"]
 
@@ -54,7 +55,7 @@ def write_report(result: SuiteResult, out_dir: str | Path, command: str = "") ->
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     stem = f"{result.suite}_{_slug(result.model)}"
-    summary: dict[str, Any] = {**result.summary(), "command": command}
+    summary: dict[str, Any] = {**result.summary(), "command": command, "code": code_version()}
     paths = {"markdown": out / f"{stem}.md", "json": out / f"{stem}.json", "cases": out / f"{stem}_cases.jsonl"}
     paths["markdown"].write_text(render_markdown(result, command), encoding="utf-8")
     paths["json"].write_text(json.dumps(summary, indent=2), encoding="utf-8")

@@ -36,12 +36,13 @@ import logging
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hat.errors import HatError
 from hat.harness.state import canonical_json, sha256_text
+from hat.provenance import code_version
 from hat.train.checkpoints import adapter_base_callback, fix_adapter_base, resume_checkpoint
 from hat.train.datagen import load_rows, tokenize_chat
 from hat.train.sft_config import HatSFTConfig
@@ -77,6 +78,7 @@ class SFTResult:
     n_truncated: int
     examples_hash: str
     wall_s: float
+    code: dict[str, Any] = field(default_factory=dict)  # hat.provenance.code_version(): the code that trained
 
 
 # -- data -----------------------------------------------------------------------------------------
@@ -344,6 +346,7 @@ def train_sft(
         n_truncated=int(setup.n_truncated),
         examples_hash=sha256_text("".join(canonical_json(r) + "\n" for r in setup.rows)),
         wall_s=round(time.perf_counter() - start, 2),
+        code=code_version(),
     )
     (out / RESULT_FILE).write_text(json.dumps(asdict(result), indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return result
