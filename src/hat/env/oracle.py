@@ -40,17 +40,27 @@ MAX_TOOL_RETRIES = 2
 _MAX_REF_WORDS = 5  # the longest run of a comment's words the oracle passes as a product reference
 _FREE_TEXT = {"search_faq": "query", "handoff_to_service": "reason"}  # any wording; gold leaves them None
 _TOOL_RESPONSE = re.compile(r"<tool_response>(.*?)</tool_response>", re.S)
-# The first round's rationale reads the catalogue: for each skill and tool it will call, the words of
-# its description as the prompt shows them, then its name ({links}: 'skill "Use for questions on a
-# product's stock" -> product-qa; tool "Units in stock" -> get_stock'). A student imitates that
-# reading step; with only the intent in the rationale ("Intent: product qa. Plan: product-qa, ...")
-# attempt 3's model wrote the intent words as the skill name under renamed skills (reports/stage1b.md §5).
+# The first round's rationale says what the comment asks, in the teacher's fixed words per gold
+# function ("Asked: shipping time and fee of jeans."), then the plan under the view's names
+# ("Plan: product-qa, then get_shipping."). Attempt 3's rationale gave only the intent, and its model
+# wrote the intent words as skill names under renames; attempt 5's quoted each description before its
+# name, and its model quoted the wrong description (shipping -> specs) because no step said what was
+# asked (reports/stage1b.md §5). The need words never name a tool, so they stay true under renames.
+_NEEDS = {
+    "get_stock": "units in stock",
+    "get_price": "the price",
+    "get_shipping": "shipping time and fee",
+    "get_specs": "product specs",
+    "get_discount_rules": "coupons and promo rules",
+    "search_faq": "a store policy",
+    "switch_product_link": "show another product",
+    "handoff_to_service": "a service ticket",
+}
 _PLANS = (
-    "Topic: {topic}. {links}. Then answer from the results.",
-    "This is {topic}. {links}. Quote results exactly.",
-    "Intent: {topic}. {links}. Keep the reply short.",
+    "Asked: {needs}. Plan: {skills}, then {tools}. Answer from the results.",
+    "Asked: {needs}. {tools} first; {skills} has the rules. Quote results exactly.",
+    "Asked: {needs}. Plan: {skills}, then {tools}. Keep the reply short.",
 )
-_GIST_WORDS = 8
 _NO_PLAN = {"casual_chat": "Small talk; reply warmly, no tools needed.", "other": "Off-topic; decline politely."}
 _GOT_DATA = ("Results are in; answer with what the tools returned.", "I have the data now; keep it short and exact.")
 _NO_DATA = ("The tools failed; don't guess, say I'll check.", "No data came back, so no numbers in the reply.")
@@ -135,11 +145,11 @@ def _step_word(room: dict[str, Any], product_id: str) -> str | None:
     return next((w for w in ("previous", "next", "first", "last") if lands(w)), None)
 
 
-def _gist(item: Skill | ToolSpec | None) -> str:
-    """The opening words of ``item``'s description, verbatim as the prompt shows them: the first
-    sentence, at most ``_GIST_WORDS`` words, without trailing punctuation."""
-    sentence = re.split(r"\.(?:\s|$)", item.description if item else "", maxsplit=1)[0]
-    return " ".join(sentence.split()[:_GIST_WORDS]).rstrip(",:;(")
+def _need(gold: GoldCall) -> str:
+    """What a gold call answers, in the teacher's words, with the product as the model can name it."""
+    need = _NEEDS.get(gold.function_id, gold.function_id.replace("_", " "))
+    product = gold.arguments.get("product")
+    return f"{need} of {product}" if isinstance(product, str) and gold.function_id != "switch_product_link" else need
 
 
 def _skill_call(harness: Harness, function_id: str) -> ToolCall | None:
@@ -525,15 +535,20 @@ class OracleModel(_Policy):
     def first_round(self, state: _State, rng: random.Random) -> str:
         intent = self.episode.gold.intent
         skills = [c for f in self.episode.gold.skills if (c := _skill_call(self.view, f))] if self.use_tools else []
-        calls = [c for _, c in self.planned()]
-        if not skills and not calls:
+        planned = self.planned()
+        if not skills and not planned:
             return self.reply(
                 _compose_reply(self.context(state, rng)), _NO_PLAN.get(intent, "I can answer this from the prompt.")
             )
-        links = [f'skill "{_gist(self.view.skill(str(c.arguments["name"])))}" -> {c.arguments["name"]}' for c in skills]
-        links += [f'tool "{_gist(self.view.tool(name))}" -> {name}' for name in dict.fromkeys(c.name for c in calls)]
-        think = rng.choice(_PLANS).format(topic=intent.replace("_", " "), links="; ".join(links))
-        return f"<think>{think}</think>\n" + "\n".join(render_tool_call(c) for c in [*skills, *calls])
+        asked = {f for f, _ in planned}
+        gold = [self.visible_gold(g) for g in self.episode.gold.tool_calls if g.function_id in asked]
+        needs = dict.fromkeys(map(_need, gold)) or {intent.replace("_", " "): None}
+        think = rng.choice(_PLANS).format(
+            needs="; ".join(needs),
+            skills=", ".join(str(c.arguments["name"]) for c in skills) or "no skill",
+            tools=", ".join(dict.fromkeys(c.name for _, c in planned)) or "no tool",
+        )
+        return f"<think>{think}</think>\n" + "\n".join(render_tool_call(c) for c in [*skills, *(c for _, c in planned)])
 
     def retries(self, state: _State) -> list[ToolCall]:
         """Planned calls whose latest observation failed or was empty, with retries left."""
