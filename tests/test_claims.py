@@ -64,6 +64,20 @@ def test_availability_is_checked_per_variant_and_count() -> None:
     assert "red" in (claims("Sorry, red is sold out.", DRESS_STOCK) or "")
 
 
+def test_coordinated_counts_are_checked_one_by_one() -> None:
+    """Attempt 6's demo reply: two colours, two sizes and two counts in one clause used to be left
+    unchecked as ambiguous; each conjunct is a claim of its own ("9 in red (L)" = 9 in stock)."""
+    dress = get_stock("p-dress-01")
+    blue_s = next(v["qty"] for v in dress["variants"] if (v["color"], v["size"]) == ("blue", "S"))
+    red_l = next(v["qty"] for v in dress["variants"] if (v["color"], v["size"]) == ("red", "L"))
+    wrong = f"Sure! {blue_s + 18} in stock in Blue (S) and {red_l + 7} in Red (L)."
+    assert f"returned {blue_s} units for blue/S" in (claims(wrong, DRESS_STOCK) or "")
+    assert claims(f"Sure! {blue_s} in stock in Blue (S) and {red_l} in Red (L).", DRESS_STOCK) is None
+    assert f"returned {red_l} units for red/L" in (
+        claims(f"{blue_s} left in blue S and {red_l + 1} in red L", DRESS_STOCK) or ""
+    )
+
+
 def test_renamed_tool_is_named_as_the_model_called_it() -> None:
     feedback = claims("It's in stock!", ("check_inventory", BLUE_M[1]))
     assert feedback is not None and feedback.startswith("[claims_check] check_inventory returned 0 units")

@@ -237,6 +237,29 @@ def _stock_clause(clause: str, stocks: list[_Stock]) -> Conflict | None:
     return None
 
 
+_AND = re.compile(r"\s+(?:and|&)\s+", re.IGNORECASE)
+_LEADING_COUNT = re.compile(r"^(\s*(?:only\s+|just\s+)?\d+)\b(?!\s*(?:%|[.,]\d))")
+_STOCK_PREDICATE = re.compile(r"\b(?:left|remaining|in stock|available)\b", re.IGNORECASE)
+
+
+def _conjuncts(part: str) -> list[str]:
+    """One claim per conjunct of a coordinated count ("24 in stock in blue (S) and 9 in red (L)"):
+    a conjunct that opens with a bare count takes the stock predicate the clause states ("9 in red
+    (L)" reads "9 in stock in red (L)"). Without the split, a clause naming two colours and two sizes
+    is ambiguous and goes unchecked (the attempt 6 demo's stock reply, reports/stage1b.md §5)."""
+    pieces = _AND.split(part)
+    predicate = _STOCK_PREDICATE.search(part)
+    if len(pieces) < 2 or predicate is None or sum(bool(re.search(r"\b\d+\b", p)) for p in pieces) < 2:
+        return [part]
+    out = []
+    for piece in pieces:
+        bare = _LEADING_COUNT.match(piece)
+        out.append(
+            f"{bare.group(1)} {predicate.group()}{piece[bare.end() :]}" if bare and not _COUNT.search(piece) else piece
+        )
+    return out
+
+
 def _stock_conflicts(reply: str, evidence: Sequence[Evidence]) -> list[Conflict]:
     stocks = [s for s in map(_as_stock, evidence) if s is not None]
     if not stocks:
@@ -245,7 +268,8 @@ def _stock_conflicts(reply: str, evidence: Sequence[Evidence]) -> list[Conflict]
     for clause in _clauses(reply):
         rest = _NEG_STOCK.sub(" ", clause)
         mixed = rest != clause and (_POS_STOCK.search(rest) or _COUNT.search(rest))
-        for part in clause.split(",") if mixed else [clause]:  # "red is sold out, blue M is in stock"
+        parts = clause.split(",") if mixed else [clause]  # "red is sold out, blue M is in stock"
+        for part in (c for p in parts for c in _conjuncts(p)):
             relevant = _for_product(stocks, part)
             conflict = _stock_clause(part, relevant) if relevant else None
             if conflict is not None:
