@@ -190,6 +190,7 @@ def test_lora_sft_lowers_the_loss_and_saves_a_loadable_adapter(tiny_dir: Path, t
     callback = _Losses()
     result = train_sft(_config(out, tiny_dir), SHORT, callbacks=[callback])
     assert result.adapter and result.global_step == 8 and result.n_examples == 4
+    assert result.n_harness_states == 0  # these rows carry no harness hash
     assert json.loads((out / "sft_result.json").read_text())["code"] == code_version() == result.code
     assert callback.losses[-1] < 0.8 * callback.losses[0]
     adapter = json.loads((out / "adapter_config.json").read_text())
@@ -241,6 +242,7 @@ def test_sft_cli_trains_from_a_datagen_folder(real_dir: Path, tiny_dir: Path, tm
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     assert summary["global_step"] == 1 and summary["n_examples"] == 2 and summary["adapter"]
+    assert summary["n_harness_states"] == 1  # production rows only: one harness
     missing = CliRunner().invoke(app, ["train", "sft", "--out", str(tmp_path / "x")])
     assert missing.exit_code == 2 and "--data" in missing.output
 

@@ -359,7 +359,8 @@ def sft_command(
 def _sft_summary(result: Any) -> str:
     kind = "LoRA adapter" if result.adapter else "full model"
     return (
-        f"trained {result.global_step} steps on {result.n_examples} rows ({result.n_truncated} truncated); "
+        f"trained {result.global_step} steps on {result.n_examples} rows ({result.n_truncated} truncated, "
+        f"{result.n_harness_states} harness states); "
         f"loss {result.train_loss:.4f}; {kind} in {result.output_dir} (load with --model hf:{result.output_dir})"
     )
 

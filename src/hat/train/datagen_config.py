@@ -20,7 +20,9 @@ Choices worth knowing:
   room moment (product on display, turns and time left) and one harness state, as in a real room
   where many viewers comment while one product is shown. Their rows share the system prompt up to
   the per-comment parts, which is what SFT packing (:mod:`hat.train.packing`) encodes once. 1 gives
-  every episode its own moment and harness (the evaluation suites' setting).
+  every episode its own moment and harness (the evaluation suites' setting). K trades packing for
+  harness diversity: ``hat train sft --max-examples N`` takes whole snapshots, so N rows hold only
+  ~N/K harness states (at K = 16, 2,000 rows held 95 HSA variants; ``reports/stage1b.md`` §5).
 - **Intent mix.** ``intent_mix`` (shares per intent; unset = the report's production mix) lets
   training data hold more of the rare intents than live traffic does: at the production mix a
   2,000-row sample holds ~40 FAQ and ~40 order-change rows, and a model trained on it scored 0 on

@@ -67,7 +67,8 @@ RESULT_FILE = "sft_result.json"
 @dataclass(frozen=True)
 class SFTResult:
     """What a run produced. ``adapter``: the output is a LoRA adapter (else a full checkpoint);
-    ``n_truncated``: rows longer than ``max_length`` (cut at the end by TRL)."""
+    ``n_truncated``: rows longer than ``max_length`` (cut at the end by TRL); ``n_harness_states``:
+    distinct harness hashes among the rows (replay rows have none), the diversity HSA provides."""
 
     output_dir: str
     base: str
@@ -79,6 +80,7 @@ class SFTResult:
     examples_hash: str
     wall_s: float
     code: dict[str, Any] = field(default_factory=dict)  # hat.provenance.code_version(): the code that trained
+    n_harness_states: int = 0
 
 
 # -- data -----------------------------------------------------------------------------------------
@@ -347,6 +349,7 @@ def train_sft(
         examples_hash=sha256_text("".join(canonical_json(r) + "\n" for r in setup.rows)),
         wall_s=round(time.perf_counter() - start, 2),
         code=code_version(),
+        n_harness_states=len({r["harness_hash"] for r in setup.rows if r.get("harness_hash")}),
     )
     (out / RESULT_FILE).write_text(json.dumps(asdict(result), indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return result
