@@ -14,6 +14,7 @@ import collections
 import json
 import re
 import sys
+from pathlib import Path
 from typing import Any
 
 from hat.env.oracle import _NEEDS
@@ -31,11 +32,12 @@ def stated_needs(reasoning: str) -> set[str | None]:
 
 
 def analyse(path: str) -> dict[str, Any]:
-    summary = json.loads(open(path.replace("_cases.jsonl", ".json"), encoding="utf-8").read())
+    summary = json.loads(Path(path.replace("_cases.jsonl", ".json")).read_text(encoding="utf-8"))
     suite, n, seed = summary["suite"], summary["n"], summary["seed"]
-    gold = {c.episode.episode_id: {g.function_id for g in c.episode.gold.tool_calls} for c in build_cases(suite, n=n, seed=seed)}
+    cases = build_cases(suite, n=n, seed=seed)
+    gold = {c.episode.episode_id: {g.function_id for g in c.episode.gold.tool_calls} for c in cases}
     counts: collections.Counter[str] = collections.Counter()
-    for line in open(path, encoding="utf-8"):
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
         case = json.loads(line)
         trace, need = case["trace"], gold[case["episode_id"]]
         calls = [c["name"] for r in trace["rounds"] for c in r.get("tool_calls") or []]
