@@ -229,6 +229,9 @@ def test_resume_continues_from_the_last_checkpoint(tiny_dir: Path, tmp_path: Pat
     assert second.global_step == 4 and callback.steps == 2  # steps 3 and 4 only
     state = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
     assert [h["step"] for h in state["log_history"] if "loss" in h] == [1, 2, 3, 4]
+    steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in steps] == [1, 2, 3, 4]  # both legs, each step once
+    assert second.steps_wall_s == round(sum(s["wall_s"] for s in steps), 2) > 0
 
 
 def test_sft_cli_trains_from_a_datagen_folder(real_dir: Path, tiny_dir: Path, tmp_path: Path) -> None:

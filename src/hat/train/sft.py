@@ -68,7 +68,9 @@ RESULT_FILE = "sft_result.json"
 class SFTResult:
     """What a run produced. ``adapter``: the output is a LoRA adapter (else a full checkpoint);
     ``n_truncated``: rows longer than ``max_length`` (cut at the end by TRL); ``n_harness_states``:
-    distinct harness hashes among the rows (replay rows have none), the diversity HSA provides."""
+    distinct harness hashes among the rows (replay rows have none), the diversity HSA provides;
+    ``wall_s``: this process's wall time (the last leg of a resumed run); ``steps_wall_s``: the
+    summed step times of every leg, from ``steps.jsonl`` (packed path; 0 without it)."""
 
     output_dir: str
     base: str
@@ -81,6 +83,7 @@ class SFTResult:
     wall_s: float
     code: dict[str, Any] = field(default_factory=dict)  # hat.provenance.code_version(): the code that trained
     n_harness_states: int = 0
+    steps_wall_s: float = 0.0
 
 
 # -- data -----------------------------------------------------------------------------------------
@@ -315,6 +318,15 @@ def _packed_setup(
     return TrainerSetup(trainer, chosen, base_ref, n_truncated)
 
 
+def _steps_wall(path: Path) -> float:
+    """Summed ``wall_s`` of a step log (a resume truncates it to the restored steps, so no step
+    counts twice); 0 when there is none."""
+    if not path.is_file():
+        return 0.0
+    walls = [json.loads(line).get("wall_s", 0.0) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    return round(float(sum(walls)), 2)
+
+
 def train_sft(
     config: HatSFTConfig, rows: Sequence[dict[str, Any]] | None = None, *, callbacks: Sequence[Any] = ()
 ) -> SFTResult:
@@ -350,6 +362,7 @@ def train_sft(
         wall_s=round(time.perf_counter() - start, 2),
         code=code_version(),
         n_harness_states=len({r["harness_hash"] for r in setup.rows if r.get("harness_hash")}),
+        steps_wall_s=_steps_wall(out / "steps.jsonl"),  # hat.train.sft_trainer.STEPS_FILE
     )
     (out / RESULT_FILE).write_text(json.dumps(asdict(result), indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return result
