@@ -335,6 +335,8 @@ def train_sft(
     (``sft_result.json``); return the result."""
     if not config.output_dir:
         raise HatError("HatSFTConfig.output_dir is required")
+    from hat.train.sft_trainer import STEPS_FILE
+
     start = time.perf_counter()
     resume = resume_checkpoint(config)
     if config.torch_threads:
@@ -362,7 +364,7 @@ def train_sft(
         wall_s=round(time.perf_counter() - start, 2),
         code=code_version(),
         n_harness_states=len({r["harness_hash"] for r in setup.rows if r.get("harness_hash")}),
-        steps_wall_s=_steps_wall(out / "steps.jsonl"),  # hat.train.sft_trainer.STEPS_FILE
+        steps_wall_s=_steps_wall(out / STEPS_FILE),
     )
     (out / RESULT_FILE).write_text(json.dumps(asdict(result), indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return result
