@@ -16,6 +16,6 @@ for spec in "${suites[@]}"; do
     ifeval) extra=(--max-new-tokens 256) ;;
     *) extra=(--seed 1 --batch-size 16) ;;
   esac
-  /usr/bin/time -f "$suite $model wall %e s" hat eval --suite "$suite" --model "$model" --n "$n" "${extra[@]}" \
+  /usr/bin/time -f "$suite $model wall %e s" hat eval --suite "$suite" --model "$model" --n "$n" "${extra[@]}" --resume \
     --json --out "$out"
 done

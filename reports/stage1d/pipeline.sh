@@ -20,4 +20,5 @@ ATTEMPT=$A RUNS=$R ONLY=sft-fixed bash reports/stage1d/run.sh
 ev "hf:$R/sft-fixed" t1:100 t2:100
 ATTEMPT=$A RUNS=$R ONLY=sft-hsa-s1 bash reports/stage1d/run.sh
 ev "hf:$R/sft-hsa-s1" t1:100 t2:100
-for m in "hf:$R/sft-hsa-s0" "hf:$R/sft-fixed" "hf:$R/sft-hsa-s1"; do ev "$m" ifeval:541 t3-tool:100 t3-prompt:100; done
+for m in "hf:$R/sft-hsa-s0" "hf:$R/sft-fixed" "hf:$R/sft-hsa-s1"; do ev "$m" ifeval:541; done  # a target first
+for m in "hf:$R/sft-hsa-s0" "hf:$R/sft-fixed" "hf:$R/sft-hsa-s1"; do ev "$m" t3-tool:100 t3-prompt:100; done
