@@ -204,6 +204,21 @@ def test_lora_sft_lowers_the_loss_and_saves_a_loadable_adapter(tiny_dir: Path, t
     assert [h["loss"] for h in logged if "loss" in h] == pytest.approx(callback.losses)
 
 
+def test_gradient_accumulation_averages_the_packs_of_a_step(tiny_dir: Path, tmp_path: Path) -> None:
+    """At learning rate 0 the weights never move, so a step over 2 accumulated packs must log the
+    mean of the two losses that 2 one-pack steps log (not their sum), and count both packs' rows."""
+    rows = [_row(i) for i in range(8)]  # distinct prompts: one row per pack
+    common = {"learning_rate": 0.0, "per_device_train_batch_size": 1, "pack_max_rows": 1}
+    one, two = _Losses(), _Losses()
+    train_sft(_config(tmp_path / "ga1", tiny_dir, max_steps=4, **common), rows, callbacks=[one])
+    train_sft(_config(tmp_path / "ga2", tiny_dir, max_steps=2, gradient_accumulation_steps=2, **common), rows,
+              callbacks=[two])
+    assert two.losses == pytest.approx([(one.losses[0] + one.losses[1]) / 2, (one.losses[2] + one.losses[3]) / 2],
+                                       rel=1e-4)
+    steps = [json.loads(line) for line in (tmp_path / "ga2" / "steps.jsonl").read_text().splitlines()]
+    assert [s["rows"] for s in steps] == [2, 2]
+
+
 def test_full_sft_changes_every_trained_parameter(tiny_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "full"
     callback = _Losses()

@@ -96,6 +96,11 @@ class PackedSFTTrainer(Trainer):  # type: ignore[misc]
         device = str(self.args.device)
         self.autocast = autocast_dtype(device, getattr(self.args, "autocast_bf16", None))
         self.attention: str = getattr(self.args, "packing_attention", "prefix-cache")
+        # compute_loss returns each pack's token mean and ignores num_items_in_batch, so under
+        # gradient accumulation the Trainer must divide by the number of micro-batches. Said here rather
+        # than left to its guess (a PEFT forward takes **kwargs, which reads as "already scaled" as soon
+        # as a batch carries labels to count).
+        self.loss_is_scaled_for_ga = False
         self.counters: dict[str, Any] = {}
         self.reset_counters()
         self.add_callback(_StepLog(self))
