@@ -249,6 +249,18 @@ def test_resume_continues_from_the_last_checkpoint(tiny_dir: Path, tmp_path: Pat
     assert second.steps_wall_s == round(sum(s["wall_s"] for s in steps), 2) > 0
 
 
+def test_resume_refuses_other_training_rows(tiny_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "resume-rows"
+    first = train_sft(_config(out, tiny_dir, max_steps=1, save_steps=1), SHORT)
+    assert (out / "examples.sha256").read_text().strip() == first.examples_hash
+    config = _config(out, tiny_dir, max_steps=2, save_steps=1)
+    config.resume_from_checkpoint = "latest"
+    with pytest.raises(HatError, match="rows differ"):
+        train_sft(config, [_row(i) for i in range(1, 5)])  # one row changed: not the run's data
+    assert not (out / "checkpoint-2").exists()
+    assert train_sft(config, SHORT).global_step == 2  # the same rows resume
+
+
 def test_sft_cli_trains_from_a_datagen_folder(real_dir: Path, tiny_dir: Path, tmp_path: Path) -> None:
     from hat.cli.train_cmd import train_app
 

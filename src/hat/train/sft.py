@@ -62,6 +62,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 CONFIG_FILE = "sft_config.yaml"
 RESULT_FILE = "sft_result.json"
+# The hash of the rows a run trains on, written when it starts: ``--resume`` refuses other rows (a
+# resumed run on a fresh machine must regenerate exactly the data the checkpoint was trained on).
+EXAMPLES_FILE = "examples.sha256"
 
 
 @dataclass(frozen=True)
@@ -224,6 +227,23 @@ class TrainerSetup:
     n_truncated: int
 
 
+def training_rows(config: HatSFTConfig, rows: Sequence[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The rows a run of ``config`` trains on, in order: the livestream rows it selects (from
+    ``config.data`` unless given) and the general replay rows mixed in."""
+    chosen = select_rows(
+        load_rows(config.data) if rows is None else rows,
+        fixed_harness=config.fixed_harness,
+        max_examples=config.max_examples,
+        seed=config.seed,
+    )
+    return chosen + replay_rows(config, len(chosen))
+
+
+def examples_hash(rows: Sequence[dict[str, Any]]) -> str:
+    """The sha256 of training rows (``sft_result.json``'s ``examples_hash``)."""
+    return sha256_text("".join(canonical_json(r) + "\n" for r in rows))
+
+
 def build_trainer(
     config: HatSFTConfig,
     rows: Sequence[dict[str, Any]] | None = None,
@@ -233,13 +253,7 @@ def build_trainer(
     """The ``SFTTrainer`` for ``config`` (rows from ``config.data`` unless given), not yet trained."""
     from trl import SFTTrainer
 
-    chosen = select_rows(
-        load_rows(config.data) if rows is None else rows,
-        fixed_harness=config.fixed_harness,
-        max_examples=config.max_examples,
-        seed=config.seed,
-    )
-    chosen += replay_rows(config, len(chosen))
+    chosen = training_rows(config, rows)
     model, tokenizer, base_ref = load_base(config.model)
     if config.packing:
         return _packed_setup(config, chosen, model, tokenizer, base_ref, callbacks)
@@ -327,6 +341,26 @@ def _steps_wall(path: Path) -> float:
     return round(float(sum(walls)), 2)
 
 
+def _check_examples(path: Path, rows_hash: str, *, resuming: bool) -> None:
+    """Record the hash of the run's rows (a fresh run), or check it (a resumed one): resuming a
+    checkpoint on other rows would silently train a different model than the one it claims to
+    continue, so it is refused. A run from before this file existed is resumed with a warning."""
+    if resuming and path.is_file():
+        recorded = path.read_text(encoding="utf-8").strip()
+        if recorded != rows_hash:
+            raise HatError(
+                f"--resume: the training rows differ from the ones this run started on (sha256 {rows_hash[:12]} "
+                f"vs {recorded[:12]} in {path}); resume with the same --data, --replay-data, --replay-ratio, "
+                "--max-examples, --seed and --fixed-harness, or train into a new --out"
+            )
+        return
+    if resuming:
+        logger.warning("--resume: %s is missing (a run from an older HAT); the rows cannot be checked", path)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(rows_hash + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
 def train_sft(
     config: HatSFTConfig, rows: Sequence[dict[str, Any]] | None = None, *, callbacks: Sequence[Any] = ()
 ) -> SFTResult:
@@ -346,6 +380,8 @@ def train_sft(
     setup = build_trainer(config, rows, callbacks=callbacks)
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    rows_hash = examples_hash(setup.rows)
+    _check_examples(out / EXAMPLES_FILE, rows_hash, resuming=resume is not None)
     config.save_yaml(out / CONFIG_FILE)
     output = setup.trainer.train(resume_from_checkpoint=resume)
     setup.trainer.save_model(str(out))
@@ -360,7 +396,7 @@ def train_sft(
         train_loss=float(output.training_loss),
         n_examples=len(setup.rows),
         n_truncated=int(setup.n_truncated),
-        examples_hash=sha256_text("".join(canonical_json(r) + "\n" for r in setup.rows)),
+        examples_hash=rows_hash,
         wall_s=round(time.perf_counter() - start, 2),
         code=code_version(),
         n_harness_states=len({r["harness_hash"] for r in setup.rows if r.get("harness_hash")}),
