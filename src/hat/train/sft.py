@@ -249,11 +249,13 @@ def build_trainer(
     rows: Sequence[dict[str, Any]] | None = None,
     *,
     callbacks: Sequence[Any] = (),
+    chosen: list[dict[str, Any]] | None = None,
 ) -> TrainerSetup:
-    """The ``SFTTrainer`` for ``config`` (rows from ``config.data`` unless given), not yet trained."""
+    """The ``SFTTrainer`` for ``config`` (rows from ``config.data`` unless given; ``chosen``: the
+    training rows already selected by :func:`training_rows`), not yet trained."""
     from trl import SFTTrainer
 
-    chosen = training_rows(config, rows)
+    chosen = training_rows(config, rows) if chosen is None else chosen
     model, tokenizer, base_ref = load_base(config.model)
     if config.packing:
         return _packed_setup(config, chosen, model, tokenizer, base_ref, callbacks)
@@ -377,11 +379,12 @@ def train_sft(
         import torch
 
         torch.set_num_threads(config.torch_threads)
-    setup = build_trainer(config, rows, callbacks=callbacks)
+    chosen = training_rows(config, rows)
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    rows_hash = examples_hash(setup.rows)
-    _check_examples(out / EXAMPLES_FILE, rows_hash, resuming=resume is not None)
+    rows_hash = examples_hash(chosen)
+    _check_examples(out / EXAMPLES_FILE, rows_hash, resuming=resume is not None)  # before the model loads
+    setup = build_trainer(config, callbacks=callbacks, chosen=chosen)
     config.save_yaml(out / CONFIG_FILE)
     output = setup.trainer.train(resume_from_checkpoint=resume)
     setup.trainer.save_model(str(out))
