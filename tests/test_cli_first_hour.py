@@ -83,6 +83,34 @@ def test_plain_progress_lines_carry_done_total_and_eta(capsys: pytest.CaptureFix
     assert lines[-1].startswith("work: 4/4 (100%)") and "ETA" not in lines[-1]
 
 
+def test_a_resumed_run_s_eta_counts_only_the_steps_since_it_resumed(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+):
+    import hat.cli.common as common
+
+    clock = iter([0.0, 0.0, 300.0, 400.0])  # enter; resume after a 300 s model load; one step 100 s later
+    monkeypatch.setattr(common.time, "monotonic", lambda: next(clock))
+    progress = StepProgress("train", None, interval=0.0)
+    with progress as update:
+        progress.resume(360, 508)  # what the Trainer knows once it has loaded checkpoint-360
+        update(361)
+    line = capsys.readouterr().err.splitlines()[-1]
+    # 147 steps left at the 100 s of the one step timed since the resume, not 361 steps in 400 s
+    assert line == "train: 361/508 (71%) · 6m40s elapsed · ETA 4h05m"
+
+
+def test_the_training_callback_starts_the_eta_at_the_resumed_step():
+    pytest.importorskip("transformers")
+    from types import SimpleNamespace
+
+    from hat.cli.train_cmd import _step_callback
+
+    progress = StepProgress("train", None)
+    callback = _step_callback(progress)
+    callback.on_train_begin(None, SimpleNamespace(global_step=360, max_steps=508), None)
+    assert (progress.start_done, progress.done, progress.total) == (360, 360, 508)
+
+
 def test_model_loading_is_quiet_unless_verbose(monkeypatch: pytest.MonkeyPatch):
     import warnings
 

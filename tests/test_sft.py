@@ -211,10 +211,12 @@ def test_gradient_accumulation_averages_the_packs_of_a_step(tiny_dir: Path, tmp_
     common = {"learning_rate": 0.0, "per_device_train_batch_size": 1, "pack_max_rows": 1}
     one, two = _Losses(), _Losses()
     train_sft(_config(tmp_path / "ga1", tiny_dir, max_steps=4, **common), rows, callbacks=[one])
-    train_sft(_config(tmp_path / "ga2", tiny_dir, max_steps=2, gradient_accumulation_steps=2, **common), rows,
-              callbacks=[two])
-    assert two.losses == pytest.approx([(one.losses[0] + one.losses[1]) / 2, (one.losses[2] + one.losses[3]) / 2],
-                                       rel=1e-4)
+    train_sft(
+        _config(tmp_path / "ga2", tiny_dir, max_steps=2, gradient_accumulation_steps=2, **common), rows, callbacks=[two]
+    )
+    assert two.losses == pytest.approx(
+        [(one.losses[0] + one.losses[1]) / 2, (one.losses[2] + one.losses[3]) / 2], rel=1e-4
+    )
     steps = [json.loads(line) for line in (tmp_path / "ga2" / "steps.jsonl").read_text().splitlines()]
     assert [s["rows"] for s in steps] == [2, 2]
 

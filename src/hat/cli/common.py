@@ -126,7 +126,9 @@ class StepProgress:
     piped into ``jq`` - it prints ``label: done/total (pct) · elapsed · ETA`` lines: one when work
     starts, then at most one per ``interval`` seconds, and always the last. The ETA is the mean time
     per step since start times the steps left (steps already done before, e.g. a resumed run's,
-    do not count toward the rate)."""
+    do not count toward the rate: pass ``completed=``, or call :meth:`resume` when the count of
+    steps done is known only once the work has begun, as a Trainer knows it after loading a
+    checkpoint)."""
 
     def __init__(
         self,
@@ -139,13 +141,13 @@ class StepProgress:
     ) -> None:
         self.label, self.total, self.interval = label, total, interval
         self.done = self.start_done = completed
-        self.started = self.last_line = 0.0
+        self.started = self.last_line = self.rate_started = 0.0
         self._terminal = console or err  # where the live bar goes when that is a terminal
         self._bar: Any = None
         self._task: Any = None
 
     def __enter__(self) -> Callable[..., None]:
-        self.started = time.monotonic()
+        self.started = self.rate_started = time.monotonic()
         if self._terminal.is_terminal:
             from rich.progress import Progress
 
@@ -170,6 +172,16 @@ class StepProgress:
         else:
             self._line(force=self.total is not None and done >= self.total)
 
+    def resume(self, done: int, total: int | None = None) -> None:
+        """The work starts at ``done`` steps already done (a resumed training): the ETA's rate counts
+        only the steps from here and the time from now; elapsed still counts from the start."""
+        self.done = self.start_done = done
+        if total is not None:
+            self.total = total
+        self.rate_started = time.monotonic()
+        if self._bar is not None:
+            self._bar.update(self._task, completed=done, total=self.total)
+
     def advance(self, steps: int = 1) -> None:
         self.update(self.done + steps)
 
@@ -189,7 +201,8 @@ class StepProgress:
         parts.append(f"{_duration(elapsed)} elapsed")
         steps = self.done - self.start_done
         if self.total and steps > 0 and self.done < self.total:
-            parts.append(f"ETA {_duration(elapsed / steps * (self.total - self.done))}")
+            rate = (now - self.rate_started) / steps
+            parts.append(f"ETA {_duration(rate * (self.total - self.done))}")
         elif self.done == self.start_done and (self.total is None or self.done < self.total):
             parts.append("starting")
         print(" · ".join(parts), file=sys.stderr, flush=True)

@@ -168,8 +168,9 @@ def run_training(
     try:
         cfg = make_config({"disable_tqdm": True} if plain else {})
         steps = cfg.max_steps if cfg.max_steps > 0 else None
-        with StepProgress(label, steps) as update, stdout_to_stderr(as_json):
-            result = train(cfg, callbacks=[_step_callback(update)] if plain else [])
+        progress = StepProgress(label, steps)
+        with progress, stdout_to_stderr(as_json):
+            result = train(cfg, callbacks=[_step_callback(progress)] if plain else [])
     except (HatError, ValueError) as exc:
         fail(exc, error_exit(exc))
     if as_json:
@@ -178,13 +179,18 @@ def run_training(
     err.print(summary(result))
 
 
-def _step_callback(update: Any) -> Any:
-    """A Trainer callback that reports ``update(global_step, max_steps)`` after every step."""
+def _step_callback(progress: StepProgress) -> Any:
+    """A Trainer callback that reports ``global_step`` of ``max_steps`` after every step; a resumed
+    run's steps before its checkpoint do not count toward the ETA (the Trainer has loaded the
+    checkpoint's state when ``on_train_begin`` runs)."""
     from transformers import TrainerCallback
 
     class _Steps(TrainerCallback):  # type: ignore[misc]
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            progress.resume(state.global_step, state.max_steps or None)
+
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            update(state.global_step, state.max_steps or None)
+            progress.update(state.global_step, state.max_steps or None)
 
     return _Steps()
 
