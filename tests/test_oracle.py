@@ -315,9 +315,9 @@ def test_degenerate_policies_fail_in_their_own_way() -> None:
 
 def test_policy_registry() -> None:
     # a superset: other packages register policies too (hat.evolve adds "rule-reader")
-    assert {"oracle", "polite", "invent-prices", "wrong-tool", "no-tools", "memorise"} <= set(POLICIES)
+    assert {"oracle", "skill-first", "polite", "invent-prices", "wrong-tool", "no-tools", "memorise"} <= set(POLICIES)
     assert isinstance(policy_model("oracle", EPISODES["price"], HARNESS), OracleModel)
-    with pytest.raises(ModelSpecError, match="known: oracle, polite"):
+    with pytest.raises(ModelSpecError, match="known: oracle, skill-first, polite"):
         policy_model("genius", EPISODES["price"], HARNESS)
     model = policy_model("oracle", EPISODES["price"], HARNESS)
     assert model.name == "oracle" and "".join(model.stream([{"role": "system", "content": ""}]))
@@ -381,3 +381,69 @@ def test_oracle_product_arguments_are_visible_on_a_simulated_suite() -> None:
                 elif call.status == "ok" and isinstance(call.result, dict) and "product" in call.result:
                     refs += 1
     assert leaks == [] and refs > 5
+
+
+# -- the skill-first teacher -------------------------------------------------------------------------
+def rules_follow_renames(harness: Harness) -> Harness:
+    """``renamed_harness`` with the skills' rules naming the renamed tools, as HSA's renames do."""
+    names = {fid: name for fid, (name, _) in TOOL_RENAMES.items()}
+
+    def rewrite(skill: Skill) -> Skill:
+        body = skill.body
+        for old, new in names.items():
+            body = body.replace(f"`{old}`", f"`{new}`")
+        return replace(skill, body=body)
+
+    return replace(harness, skills=tuple(map(rewrite, harness.skills)))
+
+
+def test_skill_first_loads_the_skill_then_quotes_the_rule_that_names_the_tool() -> None:
+    harness = rules_follow_renames(renamed_harness())
+    trace = run(EPISODES["stock"], harness, policy="skill-first")
+    assert trace.status == "ok", trace.context["status_reason"]
+    first, second = (parse_output(r.raw_output, "text") for r in trace.rounds[:2])
+    assert [c.name for c in first.tool_calls] == ["use_skill"]  # the skill alone, tools after its rules
+    assert first.reasoning.startswith("Asked: units in stock") and "item-answers" in first.reasoning
+    assert "inventory" not in first.reasoning  # the tool is named only once the rules are read
+    assert second.reasoning.startswith("Rule: ") and "`inventory`" in second.reasoning
+    assert "Note" not in second.reasoning and not re.match(r"Rule: \d", second.reasoning)  # no list marker
+    assert called(trace) == [("inventory", {"sku": "p-dress-01", "color": "red", "size": "M"})]
+    assert "9" in trace.reply  # the fact the one-round oracle gives (its wording is seeded by the round)
+    assert isinstance(policy_model("skill-first", EPISODES["stock"], harness), OracleModel)
+
+
+def test_skill_first_names_the_tool_by_need_when_no_rule_does() -> None:
+    trace = run(EPISODES["stock"], renamed_harness(), policy="skill-first")  # rules still say get_stock
+    second = parse_output(trace.rounds[1].raw_output, "text")
+    assert second.reasoning == "No rule names it; the tool for units in stock of p-dress-01 is inventory."
+    assert called(trace)[0][0] == "inventory" and trace.status == "ok"
+
+
+@pytest.mark.parametrize("key", ["casual_chat", "other"])
+def test_skill_first_is_the_oracle_without_a_tool_to_defer(key: str) -> None:
+    ep = EPISODES[key]
+    assert [r.raw_output for r in run(ep, policy="skill-first").rounds] == [r.raw_output for r in run(ep).rounds]
+
+
+def test_skill_first_keeps_one_round_when_the_harness_allows_only_two() -> None:
+    harness = replace(HARNESS, limits=replace(HARNESS.limits, max_rounds=2))
+    trace = run(EPISODES["stock"], harness, policy="skill-first")
+    assert [c.name for c in parse_output(trace.rounds[0].raw_output, "reply").tool_calls] == ["load_skill", "get_stock"]
+    assert trace.status == "ok"
+
+
+def test_naming_rule_finds_the_sentence_with_the_name() -> None:
+    from hat.env.oracle import _naming_rule
+
+    text = (
+        "1. Policy: Give the dispatch time from `FIND_FREIGHT`; never promise an arrival date.\n"
+        "4. Note - Material, fit, features: call `find_merkmale`. Shipping fee: call `obtain.vouchers` first.\n"
+        "- Must: Reply in one or two short sentences."
+    )
+    assert (
+        _naming_rule(text, "FIND_FREIGHT")
+        == "Give the dispatch time from `FIND_FREIGHT`; never promise an arrival date."
+    )
+    assert _naming_rule(text, "find_merkmale") == "Material, fit, features: call `find_merkmale`."
+    assert _naming_rule(text, "obtain.vouchers") == "Shipping fee: call `obtain.vouchers` first."
+    assert _naming_rule(text, "find") is None and _naming_rule(text, "vouchers") is None

@@ -9,9 +9,11 @@
 # checks the rows' sha256), evaluates, and goes on to the other models. From the repo root after
 # `make install`:
 #   PYTHONPATH=$PWD/src RUNS=/work/runs/stage1h nohup bash reports/stage1h/resume.sh > /work/runs/stage1h.log 2>&1 &
+# Later attempts reuse it with their folder: ATTEMPT=reports/stage1i RUNS=/work/runs/stage1i.
 set -euo pipefail
+A=${ATTEMPT:-reports/stage1h}
 R=${RUNS:-/work/runs/stage1h}
-for saved in reports/stage1h/resume/*/; do
+for saved in "$A"/resume/*/; do
   [ -d "$saved" ] || continue
   name=$(basename "$saved")
   if ! ls -d "$R/$name"/checkpoint-* >/dev/null 2>&1 && [ ! -f "$R/$name/sft_result.json" ]; then
@@ -20,4 +22,4 @@ for saved in reports/stage1h/resume/*/; do
     echo "resume.sh: restored $name into $R/$name"
   fi
 done
-RUNS=$R exec bash "$(dirname "$0")/pipeline.sh"
+ATTEMPT=$A RUNS=$R exec bash "$(dirname "$0")/../stage1d/pipeline.sh"

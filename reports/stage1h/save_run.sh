@@ -7,11 +7,13 @@
 #   trainer state; ~59 MB), the step log and the rows' sha256, for `hat train sft --resume`.
 # Tokenizer files are left out (the base model's, rebuilt on load). An older saved copy is replaced.
 # usage: reports/stage1h/save_run.sh <name, e.g. sft-hsa-s0>     (repo root; RUNS as for resume.sh)
+# Later attempts reuse it: ATTEMPT=reports/stage1i RUNS=/work/runs/stage1i reports/stage1h/save_run.sh <name>
 set -euo pipefail
 name="$1"
+A=${ATTEMPT:-reports/stage1h}
 R=${RUNS:-/work/runs/stage1h}
 run="$R/$name"
-dest="reports/stage1h/resume/$name"
+dest="$A/resume/$name"
 skip=(--exclude tokenizer.json --exclude tokenizer_config.json --exclude README.md)
 rm -rf "$dest.new"
 mkdir -p "$dest.new"

@@ -34,7 +34,7 @@ from hat.harness.state import Harness, Skill, ToolSpec
 from hat.models.base import Generation, GenerationConfig, Message
 from hat.models.scripted import truncate_at_stop, word_pieces
 
-__all__ = ["OracleModel"]
+__all__ = ["OracleModel", "SkillFirstOracle"]
 
 MAX_TOOL_RETRIES = 2
 _MAX_REF_WORDS = 5  # the longest run of a comment's words the oracle passes as a product reference
@@ -61,6 +61,11 @@ _PLANS = (
     "Asked: {needs}. {tools} first; {skills} has the rules. Quote results exactly.",
     "Asked: {needs}. Plan: {skills}, then {tools}. Keep the reply short.",
 )
+_SKILL_FIRST = (
+    "Asked: {needs}. Plan: load {skills} first; its rules name the tool.",
+    "Asked: {needs}. {skills} first, then the tool its rules name.",
+)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")  # a dot inside a name ("obtain.vouchers") ends nothing
 _NO_PLAN = {"casual_chat": "Small talk; reply warmly, no tools needed.", "other": "Off-topic; decline politely."}
 _GOT_DATA = ("Results are in; answer with what the tools returned.", "I have the data now; keep it short and exact.")
 _NO_DATA = ("The tools failed; don't guess, say I'll check.", "No data came back, so no numbers in the reply.")
@@ -590,3 +595,77 @@ class OracleModel(_Policy):
         ctx.compact = True
         ctx.banned |= {*re.findall(r"number (\S+) is not", feedback), *re.findall(r"promise '([^']+)'", feedback)}
         return self.reply(_compose_reply(ctx), "The reply was rejected; fix it and keep only verified facts.")
+
+
+class SkillFirstOracle(OracleModel):
+    """The oracle in two steps where the harness allows it: the first round only loads the gold skills
+    ("Asked: units in stock. Plan: load product-qa first; its rules name the tool."), the next one
+    quotes the loaded rule that names each planned tool ("Rule: Stock by color or size: invoke
+    `find_lagerbestand` with the color and size the viewer named.") and calls it, then the reply.
+
+    Why (reports/stage1b.md, attempt 9): models trained on the one-round oracle state what is asked
+    as well under held-out renames as on the production harness but then name the wrong tool, because
+    the name must be matched against the tool catalogue's (rewritten) descriptions; the skill's rules
+    name the tool beside the need's own words, in text the model has just read. Episodes without a
+    skill or a tool, and harnesses with fewer than three rounds, get the one-round oracle."""
+
+    name = "skill-first"
+
+    def output(self, messages: Sequence[Message]) -> str:
+        state = _read(messages, len(self.episode.history), self.view)
+        self._prompt = state.prompt
+        if state.rounds == 1 and self._deferred(state):
+            return self.tool_round(state)
+        return super().output(messages)
+
+    def _skills(self) -> list[ToolCall]:
+        if not self.use_tools:
+            return []
+        return [c for f in self.episode.gold.skills if (c := _skill_call(self.view, f))]
+
+    def first_round(self, state: _State, rng: random.Random) -> str:
+        skills, planned = self._skills(), self.planned()
+        if not skills or not planned or self.harness.limits.max_rounds < 3:
+            return super().first_round(state, rng)
+        asked = {f for f, _ in planned}
+        needs = dict.fromkeys(
+            _need(self.visible_gold(g)) for g in self.episode.gold.tool_calls if g.function_id in asked
+        )
+        names = ", ".join(str(c.arguments["name"]) for c in skills)
+        think = rng.choice(_SKILL_FIRST).format(needs="; ".join(needs), skills=names)
+        return f"<think>{think}</think>\n" + "\n".join(render_tool_call(c) for c in skills)
+
+    def _deferred(self, state: _State) -> bool:
+        """After a first round that only loaded skills, with tools still to call."""
+        skill_tool = self.view.output.skill_tool
+        return bool(state.calls) and all(s.call.name == skill_tool for s in state.calls) and bool(self.planned())
+
+    def tool_round(self, state: _State) -> str:
+        rules = [str(s.result) for s in state.calls if s.status == "ok" and s.result]
+        quotes: list[str] = []
+        for function_id, call in self.planned():
+            quote = next((q for text in rules if (q := _naming_rule(text, call.name))), None)
+            if quote is None:
+                gold = next(g for g in self.episode.gold.tool_calls if g.function_id == function_id)
+                quote = f"No rule names it; the tool for {_need(self.visible_gold(gold))} is {call.name}."
+            else:
+                quote = f"Rule: {quote}"
+            if quote not in quotes:
+                quotes.append(quote)
+        calls: list[ToolCall] = []
+        for _, call in self.planned():
+            if call not in calls:
+                calls.append(call)
+        return f"<think>{' '.join(quotes[:2])}</think>\n" + "\n".join(render_tool_call(c) for c in calls)
+
+
+def _naming_rule(skill_text: str, tool_name: str) -> str | None:
+    """The sentence of a loaded skill's rules that names ``tool_name`` (as `name` or a whole word),
+    without its list marker ("3. Note - "), else ``None``."""
+    word = re.compile(rf"(?<![\w.-]){re.escape(tool_name)}(?![\w-])")
+    for line in skill_text.splitlines():
+        body = re.sub(r"^\s*(?:[-*]|\d+[.)])\s*(?:(?:Note|Policy|Must|Rule)\s*[-:]\s*)?", "", line).strip()
+        for sentence in _SENTENCE_END.split(body):
+            if word.search(sentence):
+                return " ".join(sentence.split())
+    return None

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hat.env.episode import Episode
-from hat.env.oracle import OracleModel, _Policy
+from hat.env.oracle import OracleModel, SkillFirstOracle, _Policy
 from hat.env.world import world_catalog
 from hat.errors import ModelSpecError
 from hat.harness.grounding import find_numbers, norm_value, numbers_in
@@ -33,6 +33,7 @@ __all__ = [
     "NoToolsPolicy",
     "OracleModel",
     "PolitePolicy",
+    "SkillFirstOracle",
     "WrongToolPolicy",
     "policy_model",
 ]
@@ -114,7 +115,15 @@ class WrongToolPolicy(_Policy):
         return ToolCall(tool.name, {rename.get(k, k): v for k, v in values.items() if rename.get(k, k) in props})
 
 
-_ALL = (OracleModel, PolitePolicy, InventPricesPolicy, WrongToolPolicy, NoToolsPolicy, MemorisingPolicy)
+_ALL = (
+    OracleModel,
+    SkillFirstOracle,
+    PolitePolicy,
+    InventPricesPolicy,
+    WrongToolPolicy,
+    NoToolsPolicy,
+    MemorisingPolicy,
+)
 
 
 @functools.lru_cache(maxsize=1)
@@ -123,7 +132,8 @@ def _production() -> Harness:
 
 
 POLICIES: dict[str, type[_Policy]] = {cls.name: cls for cls in _ALL}
-"""Policy name -> class: ``oracle``, ``polite``, ``invent-prices``, ``wrong-tool``, ``no-tools``, ``memorise``."""
+"""Policy name -> class: ``oracle``, ``skill-first``, ``polite``, ``invent-prices``, ``wrong-tool``,
+``no-tools``, ``memorise``."""
 
 
 def policy_model(name: str, episode: Episode, harness: Harness, seed: int = 0) -> _Policy:
