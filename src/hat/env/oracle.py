@@ -539,21 +539,30 @@ class OracleModel(_Policy):
 
     def first_round(self, state: _State, rng: random.Random) -> str:
         intent = self.episode.gold.intent
-        skills = [c for f in self.episode.gold.skills if (c := _skill_call(self.view, f))] if self.use_tools else []
-        planned = self.planned()
+        skills, planned = self.skill_calls(), self.planned()
         if not skills and not planned:
             return self.reply(
                 _compose_reply(self.context(state, rng)), _NO_PLAN.get(intent, "I can answer this from the prompt.")
             )
-        asked = {f for f, _ in planned}
-        gold = [self.visible_gold(g) for g in self.episode.gold.tool_calls if g.function_id in asked]
-        needs = dict.fromkeys(map(_need, gold)) or {intent.replace("_", " "): None}
+        needs = self.needs(planned) or [intent.replace("_", " ")]
         think = rng.choice(_PLANS).format(
             needs="; ".join(needs),
             skills=", ".join(str(c.arguments["name"]) for c in skills) or "no skill",
             tools=", ".join(dict.fromkeys(c.name for _, c in planned)) or "no tool",
         )
         return f"<think>{think}</think>\n" + "\n".join(render_tool_call(c) for c in [*skills, *(c for _, c in planned)])
+
+    def skill_calls(self) -> list[ToolCall]:
+        """The gold skills' loads under the view's names (none when the policy uses no tools)."""
+        if not self.use_tools:
+            return []
+        return [c for f in self.episode.gold.skills if (c := _skill_call(self.view, f))]
+
+    def needs(self, planned: list[tuple[str, ToolCall]]) -> list[str]:
+        """What the planned calls answer, in the teacher's words (:func:`_need`), once each."""
+        asked = {f for f, _ in planned}
+        gold = [self.visible_gold(g) for g in self.episode.gold.tool_calls if g.function_id in asked]
+        return list(dict.fromkeys(map(_need, gold)))
 
     def retries(self, state: _State) -> list[ToolCall]:
         """Planned calls whose latest observation failed or was empty, with retries left."""
@@ -618,19 +627,11 @@ class SkillFirstOracle(OracleModel):
             return self.tool_round(state)
         return super().output(messages)
 
-    def _skills(self) -> list[ToolCall]:
-        if not self.use_tools:
-            return []
-        return [c for f in self.episode.gold.skills if (c := _skill_call(self.view, f))]
-
     def first_round(self, state: _State, rng: random.Random) -> str:
-        skills, planned = self._skills(), self.planned()
+        skills, planned = self.skill_calls(), self.planned()
         if not skills or not planned or self.harness.limits.max_rounds < 3:
             return super().first_round(state, rng)
-        asked = {f for f, _ in planned}
-        needs = dict.fromkeys(
-            _need(self.visible_gold(g)) for g in self.episode.gold.tool_calls if g.function_id in asked
-        )
+        needs = self.needs(planned)
         names = ", ".join(str(c.arguments["name"]) for c in skills)
         think = rng.choice(_SKILL_FIRST).format(needs="; ".join(needs), skills=names)
         return f"<think>{think}</think>\n" + "\n".join(render_tool_call(c) for c in skills)
