@@ -13,6 +13,12 @@ mkdir -p "$RUNS"
 
 [ -f "$RUNS/data/data.jsonl" ] || hat datagen --config "$A/datagen.yaml" --out "$RUNS/data" --json \
   > "$RUNS/datagen.json"
+# The replay rows are committed (reports/stage1b/general/, dataset sha256 fc1ecb2a21ae...): a fresh
+# machine copies them instead of spending 6-25 minutes regenerating the same rows (they regenerate
+# bit for bit; the command below does it when the committed copy is absent).
+if [ ! -f "$REPLAY/data.jsonl" ] && [ -f reports/stage1b/general/data.jsonl ]; then
+  mkdir -p "$REPLAY" && cp reports/stage1b/general/data.jsonl reports/stage1b/general/config.yaml "$REPLAY/"
+fi
 [ -f "$REPLAY/data.jsonl" ] || hat datagen-general --n 720 --batch-size 64 --max-new-tokens 384 --dtype bfloat16 \
   --seed 0 --out "$REPLAY" --json > "$RUNS/general.json"
 
