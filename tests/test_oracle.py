@@ -317,7 +317,7 @@ def test_policy_registry() -> None:
     # a superset: other packages register policies too (hat.evolve adds "rule-reader")
     assert {"oracle", "skill-first", "polite", "invent-prices", "wrong-tool", "no-tools", "memorise"} <= set(POLICIES)
     assert isinstance(policy_model("oracle", EPISODES["price"], HARNESS), OracleModel)
-    with pytest.raises(ModelSpecError, match="known: oracle, skill-first, polite"):
+    with pytest.raises(ModelSpecError, match="known: oracle, skill-first, skill-scan, polite"):
         policy_model("genius", EPISODES["price"], HARNESS)
     model = policy_model("oracle", EPISODES["price"], HARNESS)
     assert model.name == "oracle" and "".join(model.stream([{"role": "system", "content": ""}]))
@@ -447,3 +447,29 @@ def test_naming_rule_finds_the_sentence_with_the_name() -> None:
     assert _naming_rule(text, "find_merkmale") == "Material, fit, features: call `find_merkmale`."
     assert _naming_rule(text, "obtain.vouchers") == "Shipping fee: call `obtain.vouchers` first."
     assert _naming_rule(text, "find") is None and _naming_rule(text, "vouchers") is None
+
+
+# -- the skill-scan teacher ------------------------------------------------------------------------
+def test_skill_scan_lists_the_catalogue_then_copies_the_needed_name() -> None:
+    harness = rules_follow_renames(renamed_harness())
+    trace = run(EPISODES["stock"], harness, policy="skill-scan")
+    assert trace.status == "ok", trace.context["status_reason"]
+    think = parse_output(trace.rounds[0].raw_output, "text").reasoning
+    listed = [s.name for s in harness.skills if f"- {s.name}: " in trace.system_prompt]
+    order = sorted(listed, key=lambda n: trace.system_prompt.index(f"- {n}: "))
+    scan = re.search(r"Skills: (.*?)\. Need: ", think).group(1)
+    assert [pair.split("=")[1] for pair in scan.split(", ")] == order  # every listed skill, prompt order
+    assert think.startswith("Asked: units in stock") and "Need: product=item-answers; its rules name the tool." in think
+    assert "product=item-answers" in scan
+    # the rest is the skill-first teacher: same calls, same reply
+    first = run(EPISODES["stock"], harness, policy="skill-first")
+    assert called(trace) == called(first) and trace.reply == first.reply
+
+
+def test_skill_scan_calls_a_decoy_none_and_leaves_skill_free_rounds_alone() -> None:
+    decoy = Skill("stock-market", "Use for questions about stocks.", "1. No advice.", {"decoy": True})
+    harness = replace(HARNESS, skills=(*HARNESS.skills, decoy))
+    think = parse_output(run(EPISODES["stock"], harness, policy="skill-scan").rounds[0].raw_output, "text").reasoning
+    assert "none=stock-market" in think and "Need: product=product-qa;" in think
+    ep = EPISODES["other"]  # no skill to load: the skill-first (= one-round) rationale, unchanged
+    assert [r.raw_output for r in run(ep, policy="skill-scan").rounds] == [r.raw_output for r in run(ep).rounds]

@@ -34,7 +34,7 @@ from hat.harness.state import Harness, Skill, ToolSpec
 from hat.models.base import Generation, GenerationConfig, Message
 from hat.models.scripted import truncate_at_stop, word_pieces
 
-__all__ = ["OracleModel", "SkillFirstOracle"]
+__all__ = ["OracleModel", "SkillFirstOracle", "SkillScanOracle"]
 
 MAX_TOOL_RETRIES = 2
 _MAX_REF_WORDS = 5  # the longest run of a comment's words the oracle passes as a product reference
@@ -65,6 +65,16 @@ _SKILL_FIRST = (
     "Asked: {needs}. Plan: load {skills} first; its rules name the tool.",
     "Asked: {needs}. {skills} first, then the tool its rules name.",
 )
+# The skill-scan teacher's one word per skill function (what its description is about), in a fixed
+# vocabulary the student can learn once; a decoy skill is "none" (reports/stage1b.md, attempt 10).
+_SKILL_GLOSS = {
+    "product-qa": "product",
+    "pricing-discounts": "prices",
+    "after-sales-handoff": "orders",
+    "casual-chat": "chat",
+    "presentation-order": "switch",
+    "faq-replies": "policy",
+}
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")  # a dot inside a name ("obtain.vouchers") ends nothing
 _NO_PLAN = {"casual_chat": "Small talk; reply warmly, no tools needed.", "other": "Off-topic; decline politely."}
 _GOT_DATA = ("Results are in; answer with what the tools returned.", "I have the data now; keep it short and exact.")
@@ -670,3 +680,48 @@ def _naming_rule(skill_text: str, tool_name: str) -> str | None:
             if word.search(sentence):
                 return " ".join(sentence.split())
     return None
+
+
+class SkillScanOracle(SkillFirstOracle):
+    """The skill-first oracle whose first rationale reads the skill catalogue before choosing: after
+    "Asked: ..." it lists every skill the prompt shows, in the prompt's order, as one fixed word for
+    what its description is about and the name beside it ("Skills: orders=complaint-desk,
+    chat=plaudern, product=s-f."), then the choice in the same form ("Need: product=s-f.").
+
+    Why (reports/stage1b.md, attempt 10): models trained on the other teachers state what is asked as
+    well under held-out renames as on the production harness, then write a wrong or unseen skill name
+    (``s-e`` for shipping, ``preise-rabatte`` for earbud specs): the name had to be matched against
+    the descriptions in one step. Here each step is local: a gloss from the description just read,
+    the name beside it, and at the end the name that follows the needed gloss in the model's own
+    list, the copy pattern small models learn first. The rest is :class:`SkillFirstOracle`."""
+
+    name = "skill-scan"
+
+    def first_round(self, state: _State, rng: random.Random) -> str:
+        text = super().first_round(state, rng)
+        skills = self.skill_calls()
+        needs = self.needs(self.planned()) or [self.episode.gold.intent.replace("_", " ")]
+        asked = f"<think>Asked: {'; '.join(needs)}."
+        listed = self.catalogue(state.prompt)
+        if not skills or not listed or not text.startswith(asked):
+            return text
+        gloss = {name: word for word, name in listed}
+        scan = ", ".join(f"{word}={name}" for word, name in listed)
+        need = ", ".join(f"{gloss.get(n, 'skill')}={n}" for n in (str(c.arguments["name"]) for c in skills))
+        calls = text.split("</think>", 1)[1]
+        tools = [c.name for c in parse_output(calls, "text").tool_calls if c.name != self.view.output.skill_tool]
+        if len(parse_output(calls, "text").tool_calls) == len(skills) and self.planned():
+            then = "; its rules name the tool."  # the skill-first round: tools after its rules
+        else:
+            then = f". Then {', '.join(dict.fromkeys(tools))}." if tools else ". No tool needed."
+        return f"{asked} Skills: {scan}. Need: {need}{then}</think>{calls}"
+
+    def catalogue(self, prompt: str) -> list[tuple[str, str]]:
+        """(gloss, name) per skill of the view listed in ``prompt`` ("- name: ..."), in prompt order."""
+        found = []
+        for skill in self.view.skills:
+            at = prompt.find(f"- {skill.name}: ")
+            if at >= 0:
+                word = "none" if skill.metadata.get("decoy") else _SKILL_GLOSS.get(skill.function_id)
+                found.append((at, word or skill.function_id.split("-")[0], skill.name))
+        return [(word, name) for _, word, name in sorted(found)]

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hat.env.episode import Episode
-from hat.env.oracle import OracleModel, SkillFirstOracle, _Policy
+from hat.env.oracle import OracleModel, SkillFirstOracle, SkillScanOracle, _Policy
 from hat.env.world import world_catalog
 from hat.errors import ModelSpecError
 from hat.harness.grounding import find_numbers, norm_value, numbers_in
@@ -34,6 +34,7 @@ __all__ = [
     "OracleModel",
     "PolitePolicy",
     "SkillFirstOracle",
+    "SkillScanOracle",
     "WrongToolPolicy",
     "policy_model",
 ]
@@ -118,6 +119,7 @@ class WrongToolPolicy(_Policy):
 _ALL = (
     OracleModel,
     SkillFirstOracle,
+    SkillScanOracle,
     PolitePolicy,
     InventPricesPolicy,
     WrongToolPolicy,
@@ -132,7 +134,7 @@ def _production() -> Harness:
 
 
 POLICIES: dict[str, type[_Policy]] = {cls.name: cls for cls in _ALL}
-"""Policy name -> class: ``oracle``, ``skill-first``, ``polite``, ``invent-prices``, ``wrong-tool``,
+"""Policy name -> class: ``oracle``, ``skill-first``, ``skill-scan``, ``polite``, ``invent-prices``, ``wrong-tool``,
 ``no-tools``, ``memorise``."""
 
 
