@@ -40,7 +40,9 @@ train_app = typer.Typer(
     no_args_is_help=True,
 )
 
-TEACHER_HELP = "oracle | skill-first | skill-scan (or another simulator policy) | openai:<base_url>#<model> | hf:<path> | smollm2"
+TEACHER_HELP = (
+    "oracle | skill-first | skill-scan (or another simulator policy) | openai:<base_url>#<model> | hf:<path> | smollm2"
+)
 
 
 def _thresholds(items: list[str] | None) -> dict[str, float] | None:
