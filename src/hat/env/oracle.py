@@ -709,8 +709,9 @@ class SkillScanOracle(SkillFirstOracle):
         scan = ", ".join(f"{word}={name}" for word, name in listed)
         need = ", ".join(f"{gloss.get(n, 'skill')}={n}" for n in (str(c.arguments["name"]) for c in skills))
         calls = text.split("</think>", 1)[1]
-        tools = [c.name for c in parse_output(calls, "text").tool_calls if c.name != self.view.output.skill_tool]
-        if len(parse_output(calls, "text").tool_calls) == len(skills) and self.planned():
+        made = parse_output(calls, "text").tool_calls
+        tools = [c.name for c in made if c.name != self.view.output.skill_tool]
+        if len(made) == len(skills) and self.planned():
             then = "; its rules name the tool."  # the skill-first round: tools after its rules
         else:
             then = f". Then {', '.join(dict.fromkeys(tools))}." if tools else ". No tool needed."
