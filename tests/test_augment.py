@@ -145,3 +145,24 @@ def test_cli_augment(tmp_path):
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["n"] == 5 and len({r["hash"] for r in summary["variants"]}) == 5
     assert (tmp_path / "out" / "variant-0004" / "augmentation.json").is_file()
+
+
+def test_train_skill_descriptions_are_many_and_held_out_ones_untouched(base):
+    """Train variants draw skill descriptions from dozens of composed paraphrases (so a student
+    must read them, not recall two strings); held-out variants only ever show the held-out ones."""
+    production = {s.function_id: s.description for s in base.skills}
+
+    def shown(split):
+        seen: dict[str, set[str]] = {}
+        for v in generate_variants(base, 80, seed=11, split=split):
+            for s in v.harness.skills:
+                if s.function_id in pools.SKILL_DESCRIPTIONS:
+                    seen.setdefault(s.function_id, set()).add(s.description)
+        return seen
+
+    for fid, pool in pools.SKILL_DESCRIPTIONS.items():
+        assert len(pool["train"]) >= 30 and not set(pool["train"]) & set(pool["heldout"]), fid
+    train, heldout = shown("train"), shown("heldout")
+    assert all(len(d) >= 8 for d in train.values()), {k: len(v) for k, v in train.items()}
+    for fid, descriptions in heldout.items():
+        assert descriptions <= {*pools.SKILL_DESCRIPTIONS[fid]["heldout"], production[fid]}, fid

@@ -273,6 +273,77 @@ SKILL_DESCRIPTIONS: dict[str, Pool] = {
     },
 }
 
+# Many more train-split paraphrases, composed: an opener and one phrasing of what the skill covers.
+# Why (reports/stage1b.md, attempt 11): with two train descriptions per skill the student learnt
+# those strings, not how to read a description; under the held-out paraphrases it picked skills by
+# position. The openers and topics below are written without the held-out wording (a test keeps the
+# pools disjoint); the held-out split is untouched.
+SKILL_DESCRIPTION_OPENERS: tuple[str, ...] = (
+    "Use for {x}.",
+    "For {x}.",
+    "Load this for {x}.",
+    "Pick this skill for {x}.",
+    "Handles {x}.",
+    "Covers {x}.",
+    "Choose it for {x}.",
+    "Good for {x}.",
+    "Meant for {x}.",
+    "Needed for {x}.",
+)
+SKILL_DESCRIPTION_TOPICS: dict[str, tuple[str, ...]] = {
+    "product-qa": (
+        "questions on a product's stock, colors, sizes, material, features or shipping",
+        "what is in stock, which sizes and colors exist, what it is made of and how it ships",
+        "facts about an item: inventory, size, color, specs and delivery time",
+        "stock levels, size charts, materials and shipping of the products shown",
+        "questions like 'is it in stock?', 'which sizes?' or 'how long does shipping take?'",
+        "details of a product: availability, measurements, materials, delivery",
+    ),
+    "pricing-discounts": (
+        "questions on prices, deals, promo prices or coupon codes",
+        "what an item costs and which coupon codes or deals apply",
+        "price questions, live promo prices and coupon thresholds",
+        "questions like 'how much is it?' or 'is there a coupon?'",
+        "the cost of a product and any discount that applies to it",
+        "prices, promotions and money-off codes",
+    ),
+    "after-sales-handoff": (
+        "order problems: refunds, returns, damaged, wrong or late items, complaints",
+        "viewers whose order arrived broken, wrong, late or not at all",
+        "refund and return requests and other trouble with an order",
+        "issues after a purchase that need a customer-service ticket",
+        "questions like 'my parcel never came' or 'I want my money back'",
+        "complaints about an order that customer service must take over",
+    ),
+    "casual-chat": (
+        "greetings, compliments, emoji and small talk that need no product facts",
+        "hi, thanks, emoji and chit-chat with no question about facts",
+        "welcoming viewers and answering compliments",
+        "small talk, jokes and greetings in the chat",
+        "messages like 'hello!' or 'love this stream' that ask for no data",
+        "friendly chatter where no product data is needed",
+    ),
+    "presentation-order": (
+        "requests to show a different item on screen",
+        "viewers who want to see the next product or another one",
+        "switching which product is shown in the stream",
+        "requests like 'show the next one' or 'switch to the jacket'",
+        "changing the product on display when a viewer asks for another",
+        "putting another product from the lineup on screen",
+    ),
+    "faq-replies": (
+        "store policy questions: payment, invoices, authenticity, address changes",
+        "how payment, invoices and address changes work in this store",
+        "questions about store rules: payment methods, invoices, authenticity",
+        "policy questions like 'can I pay later?' or 'do I get an invoice?'",
+        "general questions about buying from this store, answered by the FAQ",
+        "the store's FAQ topics: paying, receipts, genuine goods, changing an address",
+    ),
+}
+for _fid, _topics in SKILL_DESCRIPTION_TOPICS.items():
+    _train = SKILL_DESCRIPTIONS[_fid]["train"]
+    _train += [d for o in SKILL_DESCRIPTION_OPENERS for t in _topics if (d := o.format(x=t)) not in _train]
+
 # -- rules: paraphrase material ------------------------------------------------------------------------
 RULE_PREFIXES: Pool = {
     "train": ["", "Rule: ", "Important: ", "Always remember: "],
@@ -350,6 +421,34 @@ DECOY_SKILLS: Pool = {
             "investment-tips",
             "Use for questions about stocks, crypto or savings.",
             "1. Give general savings tips.\n2. Never recommend a stock.",
+        ),
+        ("pet-care", "Use for questions about feeding or walking pets.", "1. Give one general tip.\n2. No vet advice."),
+        ("movie-picks", "For viewers who want a film or series to watch.", "1. Name one title.\n2. No spoilers."),
+        (
+            "garden-help",
+            "Use when someone asks about plants or gardening.",
+            "1. Give one simple tip.\n2. Keep it light.",
+        ),
+        (
+            "music-requests",
+            "For song requests and questions about the background music.",
+            "1. Name the song if known.\n2. Take no requests.",
+        ),
+        (
+            "homework-help",
+            "Use for school homework and exam questions.",
+            "1. Give a hint, not the answer.\n2. Keep it short.",
+        ),
+        ("star-signs", "For horoscope and zodiac questions.", "1. Keep it playful.\n2. Make no predictions."),
+        (
+            "car-repair",
+            "Use for questions about fixing cars or bikes.",
+            "1. Suggest seeing a mechanic.\n2. No repair steps.",
+        ),
+        (
+            "tax-questions",
+            "For questions about taxes and tax returns.",
+            "1. Suggest an adviser.\n2. Give no tax advice.",
         ),
     ],
     "heldout": [
