@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from hat.augment import AUGMENTERS, FAMILIES, augment, generate_variants, load_envelope, pools, write_variant
 from hat.cli.main import app
+from hat.errors import HatError
 from hat.harness import Agent, load_harness, validate_harness
 from hat.models.scripted import ScriptedModel
 
@@ -147,22 +148,35 @@ def test_cli_augment(tmp_path):
     assert (tmp_path / "out" / "variant-0004" / "augmentation.json").is_file()
 
 
-def test_train_skill_descriptions_are_many_and_held_out_ones_untouched(base):
-    """Train variants draw skill descriptions from dozens of composed paraphrases (so a student
-    must read them, not recall two strings); held-out variants only ever show the held-out ones."""
+def test_wide_pools_widen_train_descriptions_and_leave_held_out_variants_identical(base):
+    """`pools: wide` (envelope `wide`) draws train skill descriptions from dozens of composed
+    paraphrases (so a student must read them, not recall two strings); held-out variants are
+    byte-identical to the default envelope's, and the default's train pool is the old one."""
     production = {s.function_id: s.description for s in base.skills}
+    wide, default = load_envelope("wide"), load_envelope("default")
+    assert wide.pools == "wide" and wide.transforms == default.transforms and "pools" not in default.to_dict()
 
-    def shown(split):
+    def shown(split, envelope):
         seen: dict[str, set[str]] = {}
-        for v in generate_variants(base, 80, seed=11, split=split):
+        for v in generate_variants(base, 80, 11, envelope, split):
             for s in v.harness.skills:
                 if s.function_id in pools.SKILL_DESCRIPTIONS:
                     seen.setdefault(s.function_id, set()).add(s.description)
         return seen
 
-    for fid, pool in pools.SKILL_DESCRIPTIONS.items():
+    for fid, pool in pools.SKILL_DESCRIPTIONS_WIDE.items():
         assert len(pool["train"]) >= 30 and not set(pool["train"]) & set(pool["heldout"]), fid
-    train, heldout = shown("train"), shown("heldout")
-    assert all(len(d) >= 8 for d in train.values()), {k: len(v) for k, v in train.items()}
-    for fid, descriptions in heldout.items():
-        assert descriptions <= {*pools.SKILL_DESCRIPTIONS[fid]["heldout"], production[fid]}, fid
+        assert pool["heldout"] == pools.SKILL_DESCRIPTIONS[fid]["heldout"]
+    assert not {d[0] for d in pools.DECOY_SKILLS_WIDE["train"]} & {d[0] for d in pools.DECOY_SKILLS["heldout"]}
+    assert all(len(d) >= 8 for d in shown("train", wide).values())
+    for fid, descriptions in shown("train", default).items():
+        assert descriptions <= {*pools.SKILL_DESCRIPTIONS[fid]["train"], production[fid]}, fid
+    held = [v.harness.content_hash() for v in generate_variants(base, 40, 3, wide, "heldout")]
+    assert held == [v.harness.content_hash() for v in generate_variants(base, 40, 3, default, "heldout")]
+
+
+def test_envelope_rejects_unknown_pools(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("pools: huge\ntransforms: {skill_rename: 0.5}\n", encoding="utf-8")
+    with pytest.raises(HatError, match="unknown pools"):
+        load_envelope(bad)

@@ -24,6 +24,7 @@ from hat.harness.state import Harness
 __all__ = ["Envelope", "Variant", "augment", "generate_variants", "load_envelope", "write_variant"]
 
 ENVELOPE_DIR = Path(__file__).parent / "envelopes"
+POOL_SETS = ("base", "wide")
 
 
 @dataclass(frozen=True)
@@ -31,9 +32,11 @@ class Envelope:
     transforms: dict[str, float]
     strength: float = 1.0
     min_transforms: int = 1
+    pools: str = "base"  # "wide": the train split's wide paraphrase and decoy pools (hat.augment.pools)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"transforms": dict(self.transforms), "strength": self.strength, "min_transforms": self.min_transforms}
+        out = {"transforms": dict(self.transforms), "strength": self.strength, "min_transforms": self.min_transforms}
+        return out if self.pools == "base" else {**out, "pools": self.pools}
 
 
 def load_envelope(ref: str | Path | None = None) -> Envelope:
@@ -47,10 +50,14 @@ def load_envelope(ref: str | Path | None = None) -> Envelope:
     unknown = sorted(set(transforms) - set(AUGMENTERS))
     if unknown:
         raise HatError(f"{path}: unknown transform(s) {unknown}; known: {', '.join(AUGMENTERS)}")
+    pool_set = str(data.get("pools", "base"))
+    if pool_set not in POOL_SETS:
+        raise HatError(f"{path}: unknown pools {pool_set!r}; use one of: {', '.join(POOL_SETS)}")
     return Envelope(
         {k: float(v) for k, v in transforms.items()},
         float(data.get("strength", 1.0)),
         int(data.get("min_transforms", 1)),
+        pool_set,
     )
 
 
@@ -88,7 +95,9 @@ def augment(harness: Harness, seed: int | str, envelope: Envelope | None = None,
     rng = random.Random(f"hsa:{seed}")
     names = _draw(envelope, rng)
     used = {t.name for t in harness.tools} | {s.name for s in harness.skills}
-    state = AugmentState(harness, rng, split=split, strength=envelope.strength, used_names=used)
+    state = AugmentState(
+        harness, rng, split=split, strength=envelope.strength, used_names=used, wide=envelope.pools == "wide"
+    )
     for name in names:
         state.harness = AUGMENTERS[name]().apply(state)
     version = f"{harness.version}+hsa.{split}.{seed}"

@@ -12,6 +12,7 @@ from typing import Any
 
 __all__ = [
     "DECOY_SKILLS",
+    "DECOY_SKILLS_WIDE",
     "DECOY_TOOLS",
     "FEEDBACK_TEMPLATES",
     "NONCE_SHARE",
@@ -22,6 +23,7 @@ __all__ = [
     "RULE_SYNONYMS",
     "SKILL_CONCEPTS",
     "SKILL_DESCRIPTIONS",
+    "SKILL_DESCRIPTIONS_WIDE",
     "SKILL_TOOL_NAMES",
     "TOOL_CONCEPTS",
     "TOOL_DESCRIPTIONS",
@@ -273,11 +275,11 @@ SKILL_DESCRIPTIONS: dict[str, Pool] = {
     },
 }
 
-# Many more train-split paraphrases, composed: an opener and one phrasing of what the skill covers.
-# Why (reports/stage1b.md, attempt 11): with two train descriptions per skill the student learnt
-# those strings, not how to read a description; under the held-out paraphrases it picked skills by
-# position. The openers and topics below are written without the held-out wording (a test keeps the
-# pools disjoint); the held-out split is untouched.
+# The wide train pool (an envelope's `pools: wide`): many more paraphrases, each an opener and one
+# phrasing of what the skill covers. Why (reports/stage1b.md, attempt 10): with two train descriptions
+# per skill, the student's skill scan wrote the words for held-out descriptions by position, not by
+# reading them. The openers and topics are written without the held-out wording (a test keeps the
+# pools disjoint); the held-out split is the same in both pools.
 SKILL_DESCRIPTION_OPENERS: tuple[str, ...] = (
     "Use for {x}.",
     "For {x}.",
@@ -340,9 +342,16 @@ SKILL_DESCRIPTION_TOPICS: dict[str, tuple[str, ...]] = {
         "the store's FAQ topics: paying, receipts, genuine goods, changing an address",
     ),
 }
-for _fid, _topics in SKILL_DESCRIPTION_TOPICS.items():
-    _train = SKILL_DESCRIPTIONS[_fid]["train"]
-    _train += [d for o in SKILL_DESCRIPTION_OPENERS for t in _topics if (d := o.format(x=t)) not in _train]
+SKILL_DESCRIPTIONS_WIDE: dict[str, Pool] = {
+    fid: {
+        "train": [
+            *pool["train"],
+            *(o.format(x=t) for o in SKILL_DESCRIPTION_OPENERS for t in SKILL_DESCRIPTION_TOPICS[fid]),
+        ],
+        "heldout": pool["heldout"],
+    }
+    for fid, pool in SKILL_DESCRIPTIONS.items()
+}
 
 # -- rules: paraphrase material ------------------------------------------------------------------------
 RULE_PREFIXES: Pool = {
@@ -422,6 +431,24 @@ DECOY_SKILLS: Pool = {
             "Use for questions about stocks, crypto or savings.",
             "1. Give general savings tips.\n2. Never recommend a stock.",
         ),
+    ],
+    "heldout": [
+        (
+            "travel-guide",
+            "Use when a viewer asks about holiday destinations.",
+            "1. Name one destination.\n2. Keep it short.",
+        ),
+        (
+            "fitness-coach",
+            "Use for workout and training questions.",
+            "1. Suggest a light exercise.\n2. No medical advice.",
+        ),
+    ],
+}
+# The wide train pool adds eight more off-topic skills (held-out decoys unchanged).
+DECOY_SKILLS_WIDE: Pool = {
+    "train": [
+        *DECOY_SKILLS["train"],
         ("pet-care", "Use for questions about feeding or walking pets.", "1. Give one general tip.\n2. No vet advice."),
         ("movie-picks", "For viewers who want a film or series to watch.", "1. Name one title.\n2. No spoilers."),
         (
@@ -451,16 +478,5 @@ DECOY_SKILLS: Pool = {
             "1. Suggest an adviser.\n2. Give no tax advice.",
         ),
     ],
-    "heldout": [
-        (
-            "travel-guide",
-            "Use when a viewer asks about holiday destinations.",
-            "1. Name one destination.\n2. Keep it short.",
-        ),
-        (
-            "fitness-coach",
-            "Use for workout and training questions.",
-            "1. Suggest a light exercise.\n2. No medical advice.",
-        ),
-    ],
+    "heldout": DECOY_SKILLS["heldout"],
 }

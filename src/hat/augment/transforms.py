@@ -40,6 +40,7 @@ class AugmentState:
     strength: float = 1.0
     record: dict[str, Any] = field(default_factory=dict)
     used_names: set[str] = field(default_factory=set)
+    wide: bool = False  # the envelope's `pools: wide` (only the train split differs)
 
     def pool(self, pool: dict[str, Any]) -> Any:
         return pools.split(pool, self.split)
@@ -263,7 +264,7 @@ class SkillDescriptions(Augmenter):
     def apply(self, state: AugmentState) -> Harness:
         skills = []
         for s in state.harness.skills:
-            options = pools.SKILL_DESCRIPTIONS.get(s.function_id)
+            options = (pools.SKILL_DESCRIPTIONS_WIDE if state.wide else pools.SKILL_DESCRIPTIONS).get(s.function_id)
             if options and state.rng.random() < 0.5 + 0.5 * state.strength:
                 s = dataclasses.replace(s, description=state.rng.choice(state.pool(options)))
             skills.append(s)
@@ -276,7 +277,7 @@ class SkillDecoys(Augmenter):
 
     def apply(self, state: AugmentState) -> Harness:
         h = state.harness
-        candidates = list(state.pool(pools.DECOY_SKILLS))
+        candidates = list(state.pool(pools.DECOY_SKILLS_WIDE if state.wide else pools.DECOY_SKILLS))
         state.rng.shuffle(candidates)
         k = max(1, round(state.rng.uniform(1, 1 + state.strength)))
         added = [
