@@ -21,7 +21,7 @@ from conftest import assert_concurrent_streams_match_serial
 from hat.errors import MissingDependencyError, ModelSpecError
 from hat.models import load_model, model_specs
 from hat.models.base import Generation, GenerationConfig, Stream
-from hat.models.llamacpp_backend import LlamaCppModel, parse_llamacpp_spec
+from hat.models.llamacpp_backend import LlamaCppModel, _extra_buffer_types, cpu_has_amx, parse_llamacpp_spec
 from hat.models.stops import truncate_at_stop
 from tiny_gguf import LONG_TOKEN, write_tiny_gguf
 
@@ -244,3 +244,32 @@ def test_tiny_speculative_decoding_keeps_greedy_output_and_counts_drafts(tmp_pat
     finally:
         plain.close()
         drafting.close()
+
+
+def test_cpu_has_amx_reads_the_flags_line(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("model name\t: Xeon\nflags\t\t: fpu avx512f avx512_bf16 amx_bf16 amx_tile amx_int8\n")
+    assert cpu_has_amx(info)
+    info.write_text("model name\t: EPYC\nflags\t\t: fpu avx512f avx512_bf16 avx512_vnni\n")
+    assert not cpu_has_amx(info)
+    assert not cpu_has_amx(tmp_path / "missing")
+
+
+def test_extra_buffer_types_are_turned_off_while_building_and_restored():
+    """On AMX CPUs the model is built with ``use_extra_bufts = False`` (ggml's AMX repack segfaults);
+    the library's default-parameter function is restored afterwards, also on an error."""
+
+    class Params:
+        use_extra_bufts = True
+
+    lib = type("Lib", (), {})()
+    lib.llama_model_default_params = Params
+    fake = type("Mod", (), {"llama_cpp": lib})()
+    with _extra_buffer_types(fake, enabled=False):
+        assert lib.llama_model_default_params().use_extra_bufts is False
+    assert lib.llama_model_default_params is Params and Params().use_extra_bufts is True
+    with _extra_buffer_types(fake, enabled=True):
+        assert lib.llama_model_default_params is Params
+    with pytest.raises(RuntimeError), _extra_buffer_types(fake, enabled=False):
+        raise RuntimeError("load failed")
+    assert lib.llama_model_default_params is Params

@@ -77,6 +77,7 @@ Design decisions:
 from __future__ import annotations
 
 import codecs
+import contextlib
 import ctypes
 import importlib
 import os
@@ -218,6 +219,48 @@ class _CountingDraft:
         return draft
 
 
+def cpu_has_amx(cpuinfo: str | os.PathLike[str] = "/proc/cpuinfo") -> bool:
+    """Whether the CPU reports Intel AMX (``amx_int8``/``amx_tile``/``amx_bf16`` flags); False where
+    the file is unreadable (non-Linux)."""
+    try:
+        text = Path(cpuinfo).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return any(line.startswith("flags") and " amx_" in line for line in text.splitlines())
+
+
+@contextlib.contextmanager
+def _extra_buffer_types(llama_cpp: Any, *, enabled: bool) -> Iterator[None]:
+    """Build a ``Llama`` with ggml's extra CPU buffer types (weight repacking: AMX, CPU_REPACK) on or off.
+
+    Off on AMX CPUs: with a ``-march=native`` build, ggml repacks quantised weights into its AMX
+    buffer and the first matmul segfaults in ``ggml_backend_amx_mul_mat`` (measured here on an
+    Intel Xeon with amx_int8, llama-cpp-python 0.3.36, for the Q4_1 and q8_0 GGUFs; f16 is not
+    repacked and works; upstream ggml-org/llama.cpp#20824, closed unfixed). ``Llama()`` has no
+    argument for it, so its model-parameter defaults are wrapped while it is built."""
+    lib = getattr(llama_cpp, "llama_cpp", None)
+    default = getattr(lib, "llama_model_default_params", None)
+    if enabled or default is None:
+        yield
+        return
+
+    def without_extra() -> Any:
+        params = default()
+        if hasattr(params, "use_extra_bufts"):
+            params.use_extra_bufts = False
+        return params
+
+    with _BUILD_LOCK:
+        lib.llama_model_default_params = without_extra
+        try:
+            yield
+        finally:
+            lib.llama_model_default_params = default
+
+
+_BUILD_LOCK = threading.Lock()
+
+
 def _building(target: Path) -> None:
     print(f"building the merged GGUF {target.name} once (a few seconds) …", file=sys.stderr, flush=True)
 
@@ -254,7 +297,8 @@ class LlamaCppModel(ModelBackend):
         if self._draft is not None:
             kwargs["draft_model"] = self._draft
         try:
-            self.llm = llama_cpp.Llama(model_path=str(path), **kwargs)
+            with _extra_buffer_types(llama_cpp, enabled=not cpu_has_amx()):
+                self.llm = llama_cpp.Llama(model_path=str(path), **kwargs)
         except Exception as exc:
             raise ModelError(f"llama.cpp cannot load {path}: {exc}") from exc
         # close the context deterministically (also at interpreter exit, before module teardown,
