@@ -238,9 +238,9 @@ def _extra_buffer_types(llama_cpp: Any, *, enabled: bool) -> Iterator[None]:
     Intel Xeon with amx_int8, llama-cpp-python 0.3.36, for the Q4_1 and q8_0 GGUFs; f16 is not
     repacked and works; upstream ggml-org/llama.cpp#20824, closed unfixed). ``Llama()`` has no
     argument for it, so its model-parameter defaults are wrapped while it is built."""
-    lib = getattr(llama_cpp, "llama_cpp", None)
+    lib: Any = getattr(llama_cpp, "llama_cpp", None)
     default = getattr(lib, "llama_model_default_params", None)
-    if enabled or default is None:
+    if enabled or lib is None or default is None:
         yield
         return
 
