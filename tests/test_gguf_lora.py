@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -195,6 +196,29 @@ def test_export_casts_weights_and_writes_a_model_card(adapter: Path, tmp_path: P
     assert "Measured: nothing yet." in card
     # the fp16 copy still converts for llama.cpp
     convert_peft_lora_to_gguf(out, _base_gguf(tmp_path / "base.gguf"), tmp_path / "a.gguf")
+    assert "loss log" not in card  # the fixture has no log; the card names none
+
+
+def test_export_keeps_the_step_log_and_the_wall_time_across_resumes(adapter: Path, tmp_path: Path):
+    from hat.train.export import export_adapter
+
+    src = tmp_path / "run"
+    shutil.copytree(adapter, src)
+    (tmp_path / "shipped").mkdir()
+    (tmp_path / "shipped" / "trainer_state.json").write_text("{}")  # from an earlier export of another run
+    (src / "steps.jsonl").write_text('{"step": 1, "loss": 2.0, "wall_s": 3.5}\n')
+    result = {"n_examples": 8, "global_step": 1, "train_loss": 2.0, "wall_s": 10.0, "steps_wall_s": 3.5}
+    (src / "sft_result.json").write_text(json.dumps(result))
+    out = export_adapter(src, tmp_path / "shipped")
+    assert (out / "steps.jsonl").read_text() == (src / "steps.jsonl").read_text()
+    card = (out / "README.md").read_text()
+    assert "3.5 s of steps" in card and "the loss log in `steps.jsonl`." in card
+    assert not (out / "trainer_state.json").exists()
+
+
+def test_export_refuses_bad_input(adapter: Path, tmp_path: Path):
+    from hat.train.export import export_adapter
+
     with pytest.raises(HatError, match="not a PEFT adapter folder"):
         export_adapter(tmp_path, tmp_path / "x")
     with pytest.raises(HatError, match="dtype must be one of"):

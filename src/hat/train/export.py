@@ -23,10 +23,11 @@ import shutil
 from pathlib import Path
 
 from hat.errors import HatError
+from hat.train.sft_trainer import STEPS_FILE
 
 __all__ = ["export_adapter", "export_merged_gguf"]
 
-_KEEP = ("adapter_config.json", "sft_config.yaml", "sft_result.json", "trainer_state.json")
+_KEEP = ("adapter_config.json", "sft_config.yaml", "sft_result.json", "trainer_state.json", STEPS_FILE)
 _DTYPES = ("float16", "bfloat16", "float32")
 
 
@@ -48,6 +49,8 @@ def export_adapter(
     for name in _KEEP:
         if (src / name).is_file():
             shutil.copyfile(src / name, dst / name)
+        else:  # a file left by an earlier export would describe another training
+            (dst / name).unlink(missing_ok=True)
     weights = load_file(src / "adapter_model.safetensors")
     weights = {k: v.to(getattr(torch, dtype)).contiguous() for k, v in weights.items()}
     save_file(weights, dst / "adapter_model.safetensors", metadata={"format": "pt"})
@@ -106,11 +109,14 @@ def _card(src: Path, dst: Path, dtype: str, notes: str, merged: Path | None = No
         "",
     ]
     if result:
+        logs = [name for name in ("trainer_state.json", STEPS_FILE) if (dst / name).is_file()]
+        # steps_wall_s sums every step across resumed sessions; wall_s is the last session's process only
+        seconds = result.get("steps_wall_s", result.get("wall_s"))
         lines += [
             f"Training: {result.get('n_examples')} rows, {result.get('global_step')} optimizer steps, "
-            f"final mean training loss {result.get('train_loss', 0):.3f}, {result.get('wall_s')} s "
+            f"final mean training loss {result.get('train_loss', 0):.3f}, {seconds} s of steps "
             f"(examples hash `{str(result.get('examples_hash', ''))[:16]}`). The full resolved config is in "
-            "`sft_config.yaml`, the loss log in `trainer_state.json`.",
+            "`sft_config.yaml`" + (f", the loss log in {' and '.join(f'`{name}`' for name in logs)}." if logs else "."),
             "",
         ]
     lines += [
