@@ -31,5 +31,5 @@ train() {  # name, extra args...   (ONLY=<name>: train that one model and skip t
     --threads 2 --out "$out" "${resume[@]}" "$@" --json > "$out.result.json"
 }
 train sft-hsa-s0 --seed 0
-train sft-fixed --seed 0 --fixed-harness
+train "${FIXED_NAME:-sft-fixed}" --seed 0 --fixed-harness  # FIXED_NAME: a second Fixed run beside a lost one
 train sft-hsa-s1 --seed 1

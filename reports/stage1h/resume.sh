@@ -22,4 +22,4 @@ for saved in "$A"/resume/*/; do
     echo "resume.sh: restored $name into $R/$name"
   fi
 done
-ATTEMPT=$A RUNS=$R exec bash "$(dirname "$0")/../stage1d/pipeline.sh"
+ATTEMPT=$A RUNS=$R exec bash "${PIPELINE:-$(dirname "$0")/../stage1d/pipeline.sh}"  # PIPELINE: an attempt's own order
