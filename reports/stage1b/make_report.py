@@ -1,7 +1,7 @@
 """Stage-1b table, targets and plots from the eval summaries and the trainers' step logs (issue 10).
 
 usage (repo root, .venv active):
-    python reports/stage1b/make_report.py --eval reports/stage1b/eval \\
+    python reports/stage1b/make_report.py --eval reports/stage1b/eval [--eval <another folder> ...] \\
         --model base=<slug> --model fixed=<slug> --model hsa-s0=<slug> --model hsa-s1=<slug> \\
         --train fixed=/work/runs/stage1b/sft-fixed --train hsa-s0=/work/runs/stage1b/sft-hsa-s0 ... \\
         --out reports/stage1b
@@ -49,17 +49,29 @@ def _stderr(eval_dir: Path, suite: str, slug: str, summary: dict) -> float | Non
     return 100 * statistics.stdev(overall) / math.sqrt(len(overall)) if len(overall) > 1 else None
 
 
-def load(eval_dir: Path, slugs: dict[str, str]) -> dict[str, dict[str, dict]]:
-    """``{model: {suite: {"score", "se", "dims", "n"}}}``, HSA seeds averaged into ``hsa``."""
+def _se_bound(score: float, n: int) -> float | None:
+    """The largest standard error a mean of ``n`` scores in [0, 100] with this mean can have
+    (Bhatia-Davis: variance <= m(100 - m)), for runs whose case logs are lost."""
+    return math.sqrt(score * (100 - score) / (n - 1)) if n > 1 else None
+
+
+def load(eval_dirs: list[Path], slugs: dict[str, str]) -> dict[str, dict[str, dict]]:
+    """``{model: {suite: {"score", "se", "se_bound", "dims", "n"}}}``, HSA seeds averaged into ``hsa``;
+    each summary is read from the first of ``eval_dirs`` that has it."""
     scores: dict[str, dict[str, dict]] = {}
     for name, slug in slugs.items():
         for suite in SUITES:
-            path = eval_dir / f"{suite}_{slug}.json"
-            if path.is_file():
-                summary = json.loads(path.read_text(encoding="utf-8"))
+            found = [d for d in eval_dirs if (d / f"{suite}_{slug}.json").is_file()]
+            if found:
+                summary = json.loads((found[0] / f"{suite}_{slug}.json").read_text(encoding="utf-8"))
+                se = _stderr(found[0], suite, slug, summary)
+                bound = se is None
+                if bound:
+                    se = _se_bound(float(summary["score"]), int(summary["n"]))
                 scores.setdefault(name, {})[suite] = {
                     "score": float(summary["score"]),
-                    "se": _stderr(eval_dir, suite, slug, summary),
+                    "se": se,
+                    "se_bound": bound,
                     "dims": summary.get("dims", {}),
                     "n": summary["n"],
                 }
@@ -73,6 +85,7 @@ def load(eval_dir: Path, slugs: dict[str, str]) -> dict[str, dict[str, dict]]:
                 scores["hsa"][suite] = {
                     "score": statistics.fmean(e["score"] for e in entries),
                     "se": None if None in ses else math.sqrt(sum(se**2 for se in ses)) / len(ses),  # type: ignore[operator]
+                    "se_bound": any(e.get("se_bound") for e in entries),
                     "dims": {d: statistics.fmean(e["dims"].get(d, 0.0) for e in entries) for d in entries[0]["dims"]},
                     "n": sum(e["n"] for e in entries),
                 }
@@ -86,7 +99,8 @@ def _get(scores: dict, name: str, suite: str) -> dict | None:
 def _cell(entry: dict | None, base: dict | None) -> str:
     if entry is None:
         return "—"
-    text = f"{entry['score']:.1f}" + (f" ± {entry['se']:.1f}" if entry["se"] is not None else "")
+    bound = "≤ " if entry.get("se_bound") else ""  # no case log: the largest SE the mean allows
+    text = f"{entry['score']:.1f}" + (f" ± {bound}{entry['se']:.1f}" if entry["se"] is not None else "")
     return text if base is None else f"{text} ({entry['score'] - base['score']:+.1f})"
 
 
@@ -97,7 +111,8 @@ def table(scores: dict[str, dict[str, dict]]) -> str:
         t1, t2 = _get(scores, name, "t1"), _get(scores, name, "t2")
         gap = "—" if t1 is None or t2 is None else f"{t1['score'] - t2['score']:.1f}"
         lines.append(f"| {LABELS.get(name, name)} | " + " | ".join(cells) + f" | {gap} |")
-    lines += ["", "Score ± standard error; deltas against base. IFEval: prompt-level strict accuracy.", ""]
+    note = "Score ± standard error (± ≤ x: the case log is lost, x is the largest SE the mean allows)"
+    lines += ["", f"{note}; deltas against base. IFEval: prompt-level strict accuracy.", ""]
     return "\n".join([*lines, "Targets (issue 10):", *targets(scores)]) + "\n"
 
 
@@ -187,7 +202,7 @@ def plots(scores: dict[str, dict[str, dict]], runs: list[str], out: Path) -> Non
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--eval", type=Path, required=True)
+    parser.add_argument("--eval", type=Path, action="append", required=True, help="eval folder (repeatable)")
     parser.add_argument("--model", action="append", default=[], help="name=<eval file slug>")
     parser.add_argument("--train", action="append", default=[], help="name=<sft output folder>")
     parser.add_argument("--out", type=Path, required=True)
