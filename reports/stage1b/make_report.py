@@ -61,10 +61,10 @@ def load(eval_dirs: list[Path], slugs: dict[str, str]) -> dict[str, dict[str, di
     scores: dict[str, dict[str, dict]] = {}
     for name, slug in slugs.items():
         for suite in SUITES:
-            found = [d for d in eval_dirs if (d / f"{suite}_{slug}.json").is_file()]
-            if found:
-                summary = json.loads((found[0] / f"{suite}_{slug}.json").read_text(encoding="utf-8"))
-                se = _stderr(found[0], suite, slug, summary)
+            folder = next((d for d in eval_dirs if (d / f"{suite}_{slug}.json").is_file()), None)
+            if folder is not None:
+                summary = json.loads((folder / f"{suite}_{slug}.json").read_text(encoding="utf-8"))
+                se = _stderr(folder, suite, slug, summary)
                 bound = se is None
                 if bound:
                     se = _se_bound(float(summary["score"]), int(summary["n"]))

@@ -7,13 +7,7 @@ set -euo pipefail
 source .venv/bin/activate
 R=${RUNS:-/work/runs/stage1d}
 A=${ATTEMPT:-reports/stage1d}  # the attempt's folder (later attempts reuse this script)
-E="env EVAL_OUT=$A/eval reports/stage1b/eval.sh"
-O=$A/eval
-done_eval() { [ -f "$O/${1}_$(echo "$2" | sed 's#[^A-Za-z0-9._-]#_#g').json" ]; }  # suite, model spec
-ev() {  # model spec, suites...
-  local m="$1"; shift
-  for s in "$@"; do done_eval "${s%%:*}" "$m" || $E "$m" "$s"; done
-}
+source reports/stage1d/eval_steps.sh
 ATTEMPT=$A RUNS=$R ONLY=sft-hsa-s0 bash reports/stage1d/run.sh
 ev "hf:$R/sft-hsa-s0" t1:100 t2:100
 ATTEMPT=$A RUNS=$R ONLY=sft-fixed bash reports/stage1d/run.sh

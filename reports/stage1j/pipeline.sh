@@ -9,12 +9,7 @@ set -euo pipefail
 source .venv/bin/activate
 R=${RUNS:-/work/runs/stage1j}
 A=reports/stage1j
-E="env EVAL_OUT=$A/eval reports/stage1b/eval.sh"
-done_eval() { [ -f "$A/eval/${1}_$(echo "$2" | sed 's#[^A-Za-z0-9._-]#_#g').json" ]; }  # suite, model spec
-ev() {  # model spec, suites...
-  local m="$1"; shift
-  for s in "$@"; do done_eval "${s%%:*}" "$m" || $E "$m" "$s"; done
-}
+source reports/stage1d/eval_steps.sh
 # 1. the second HSA seed: the targets use the mean of the seeds
 ATTEMPT=$A RUNS=$R ONLY=sft-hsa-s1 bash reports/stage1d/run.sh
 ev "hf:$R/sft-hsa-s1" t1:100 t2:100 ifeval:541
