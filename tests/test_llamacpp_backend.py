@@ -201,6 +201,28 @@ def test_tiny_concurrent_streams_each_get_their_own_generation(tiny: LlamaCppMod
     assert_concurrent_streams_match_serial(tiny, prompts, GenerationConfig(max_new_tokens=10))
 
 
+def test_tiny_pool_of_instances_serves_streams_side_by_side(tmp_path: Path) -> None:
+    if not HAVE_LLAMA_CPP:
+        pytest.skip("needs llama-cpp-python (extra 'fast'), gguf and tokenizers")
+    from hat.models.pool import ModelPool
+
+    path = write_tiny_gguf(tmp_path / "tiny.gguf")
+    pool = LlamaCppModel.from_spec(f"{path}?instances=2&threads=1&n_ctx=512")
+    try:
+        assert isinstance(pool, ModelPool) and pool.instances == 2
+        prompts = [[{"role": "user", "content": f"is the {c} bag in stock?"}] for c in ("red", "blue", "green")]
+        # the same greedy text and token counts as one at a time, two generations running at once
+        assert_concurrent_streams_match_serial(pool, prompts, GenerationConfig(max_new_tokens=10))
+        first = pool.generate(MESSAGES, GenerationConfig(max_new_tokens=4))
+        # the next round goes to the instance that holds this prompt, so its prefix is reused
+        follow = [*MESSAGES, {"role": "assistant", "content": first.text}, {"role": "user", "content": "and?"}]
+        holders = [m.reusable_prefix(follow) for m in pool.members]
+        assert max(holders) > first.prompt_tokens // 2
+        assert pool.generate(follow, GenerationConfig(max_new_tokens=4)).cached_tokens == max(holders)
+    finally:
+        pool.close()
+
+
 def test_tiny_stream_closed_early_reports_what_was_generated(tiny: LlamaCppModel) -> None:
     stream = tiny.stream(MESSAGES, GenerationConfig(max_new_tokens=200))
     first = next(stream)

@@ -5,7 +5,8 @@ Every command takes a model as one string, so a model is chosen the same way eve
     smollm2-hat                  the default: bundled SmolLM2 + HAT's shipped HSA-SFT LoRA adapter
                                  (transformers; ?engine=auto picks llama.cpp when installed, below)
     smollm2-hat?engine=transformers&speculative=8
-                                 options: engine auto | llamacpp | transformers, speculative <n>
+                                 options: engine auto | llamacpp | transformers, speculative <n>,
+                                 instances <n> (copies decoding side by side: hat.models.pool)
     smollm2                      the bundled SmolLM2-135M-Instruct GGUF (transformers + gguf)
     hf:<path-or-id>              a local checkpoint or PEFT adapter folder (a hub id downloads
                                  only with HAT_ALLOW_DOWNLOAD=1)
@@ -178,11 +179,11 @@ def _hat_options(argument: str) -> tuple[str, dict[str, Any]]:
     """``"?engine=...&speculative=N"`` → ``(engine, backend kwargs)``; anything else is a spec error."""
     from urllib.parse import parse_qs
 
-    usage = "smollm2-hat[?engine=auto|llamacpp|transformers&speculative=<n>]"
+    usage = "smollm2-hat[?engine=auto|llamacpp|transformers&speculative=<n>&instances=<n>]"
     if argument and not argument.startswith("?"):
         raise ModelSpecError(f"model spec 'smollm2-hat:{argument}' is not understood; use {usage}")
     query = parse_qs(argument[1:], keep_blank_values=True)
-    if unknown := sorted(set(query) - {"engine", "speculative"}):
+    if unknown := sorted(set(query) - {"engine", "speculative", "instances"}):
         raise ModelSpecError(f"unknown smollm2-hat option {unknown[0]!r}; use {usage}")
     engine = (query.get("engine") or [os.environ.get("HAT_ENGINE") or DEFAULT_ENGINE])[-1].strip()
     if engine not in ENGINES:
@@ -193,14 +194,29 @@ def _hat_options(argument: str) -> tuple[str, dict[str, Any]]:
         if not value.isdigit():
             raise ModelSpecError(f"smollm2-hat option speculative={value!r} must be a number of draft tokens (0: off)")
         kw["speculative"] = int(value)
+    if "instances" in query:
+        value = query["instances"][-1]
+        if not value.isdigit() or int(value) < 1:
+            raise ModelSpecError(f"smollm2-hat option instances={value!r} must be a number of model copies (>= 1)")
+        kw["instances"] = int(value)
     return engine, kw
+
+
+def _transformers_hat(instances: int = 1, **kw: Any) -> Model:
+    """The shipped adapter on transformers; ``instances`` > 1: that many copies in a ModelPool."""
+    if instances == 1:
+        return TransformersModel.from_pretrained(shipped_adapter("smollm2-hat"), **kw)
+    from hat.models.pool import ModelPool
+
+    members = [TransformersModel.from_pretrained(shipped_adapter("smollm2-hat"), **kw) for _ in range(instances)]
+    return ModelPool(members, name=members[0].name)
 
 
 def _smollm2_hat(argument: str, **kw: Any) -> Model:
     engine, options = _hat_options(argument)
     kw = {**options, **kw}
     if engine == "transformers":
-        return TransformersModel.from_pretrained(shipped_adapter("smollm2-hat"), **kw)
+        return _transformers_hat(**kw)
     if engine == "llamacpp":
         return _llamacpp.LlamaCppModel.from_spec("smollm2-hat", **kw)
     why = next((f"{key}= is a transformers option" for key in _TRANSFORMERS_ONLY if key in kw), None)
@@ -212,7 +228,7 @@ def _smollm2_hat(argument: str, **kw: Any) -> Model:
         except (HatError, ImportError, OSError) as exc:
             why = f"the fast engine failed ({type(exc).__name__}: {exc})"
     print(f"note: smollm2-hat runs on transformers, the slower engine: {why}", file=sys.stderr, flush=True)
-    return TransformersModel.from_pretrained(shipped_adapter("smollm2-hat"), **kw)
+    return _transformers_hat(**kw)
 
 
 def _hf(argument: str, **kw: Any) -> Model:
@@ -236,7 +252,7 @@ def _scripted(argument: str, **kw: Any) -> Model:
 register_model_spec(
     "smollm2-hat",
     _smollm2_hat,
-    usage="smollm2-hat[?engine=auto|llamacpp|transformers&speculative=<n>]",
+    usage="smollm2-hat[?engine=auto|llamacpp|transformers&speculative=<n>&instances=<n>]",
     takes_argument=None,  # optional: the ?options
 )
 register_model_spec("smollm2", _smollm2, takes_argument=False)

@@ -10,6 +10,7 @@ Spec strings (registered with :func:`hat.models.register_model_spec` when this m
     llamacpp:smollm2-hat?merge=0         the adapter as a run-time GGUF LoRA instead (the old way)
     llamacpp:smollm2-hat?quant=f16       the merged weights' type (q8_0 | f16 | bf16 | f32 | q4_1 | ...)
     llamacpp:smollm2-hat?speculative=8   prompt-lookup speculative decoding, up to 8 drafted tokens
+    llamacpp:smollm2-hat?instances=2     two contexts decoding side by side (hat.models.pool)
 
 Design decisions:
 
@@ -50,8 +51,10 @@ Design decisions:
   long multi-round requests (large tool results, many skills) fail with "failed to find a memory
   slot" where transformers answered.
 - **Thread safety.** One lock per model; a llama.cpp context runs one sequence at a time, so
-  concurrent requests are served one generation after another (use several processes or an
-  OpenAI-compatible server with parallel slots for more).
+  concurrent requests are served one generation after another. ``instances=N`` builds N models on
+  the same file (weights memory-mapped once, ``threads`` defaulting to the cores over N) behind a
+  :class:`~hat.models.pool.ModelPool`, which hands each generation to a free one - the one whose
+  cache holds the longest prefix of the prompt (:meth:`LlamaCppModel.reusable_prefix`).
 - **LoRA: merged by default.** A PEFT adapter folder (``smollm2-hat``'s shipped adapter, or
   ``lora=<folder>``) is merged into the base weights once (:mod:`hat.models.gguf_merge`, cached under
   ``~/.cache/hat/gguf-merged``), so decoding pays nothing for it; ``merge=0`` applies it at run time
@@ -96,6 +99,7 @@ from hat.models import register_model_spec, shipped_adapter
 from hat.models.base import Finish, Generation, GenerationConfig, Message, ModelBackend
 from hat.models.gguf_lora import gguf_lora_for
 from hat.models.gguf_merge import DEFAULT_MERGE_QUANT, MERGE_QUANTS, merged_gguf_for
+from hat.models.pool import ModelPool
 from hat.models.transformers_backend import guard_user_turns, is_markup_token, smollm2_gguf_path, special_token_breaker
 
 __all__ = ["LlamaCppMissing", "LlamaCppModel", "parse_llamacpp_spec"]
@@ -123,6 +127,7 @@ _OPTIONS: dict[str, Any] = {
     "merge": _flag,
     "quant": _quant,
     "speculative": int,
+    "instances": int,
 }
 _KINDS = {_flag: "flag (0 or 1)", _quant: f"weight type ({' | '.join(MERGE_QUANTS)})"}
 
@@ -157,6 +162,8 @@ def parse_llamacpp_spec(argument: str) -> tuple[str, dict[str, Any]]:
             raise ModelSpecError(f"llamacpp option {key}={values[-1]!r} is not a valid {kind}") from exc
     if options.get("speculative", 0) < 0:
         raise ModelSpecError("llamacpp option speculative must be 0 (off) or a number of draft tokens")
+    if options.get("instances", 1) < 1:
+        raise ModelSpecError("llamacpp option instances must be at least 1")
     if not path:
         raise ModelSpecError(
             "llamacpp spec needs a GGUF path, 'smollm2' or 'smollm2-hat': llamacpp:<file.gguf|smollm2|smollm2-hat>"
@@ -315,9 +322,11 @@ class LlamaCppModel(ModelBackend):
         self._breaker = special_token_breaker(self._special_texts())
 
     @classmethod
-    def from_spec(cls, argument: str, *, name: str | None = None, **kw: Any) -> LlamaCppModel:
-        """Build from the part of a spec after ``llamacpp:`` (see the module docstring)."""
+    def from_spec(cls, argument: str, *, name: str | None = None, **kw: Any) -> LlamaCppModel | ModelPool:
+        """Build from the part of a spec after ``llamacpp:`` (see the module docstring); with
+        ``instances=N`` (N > 1) a :class:`~hat.models.pool.ModelPool` of N such models."""
         ref, options = parse_llamacpp_spec(argument)
+        instances = kw.pop("instances", options.pop("instances", 1))
         path = smollm2_gguf_path() if ref in ("smollm2", "smollm2-hat") else Path(ref).expanduser()
         if ref == "smollm2-hat":
             options.setdefault("lora", str(shipped_adapter("smollm2-hat")))
@@ -329,7 +338,19 @@ class LlamaCppModel(ModelBackend):
             path = merged_gguf_for(lora, path, quant=quant, scale=scale, on_build=_building)
         elif lora is not None and lora.is_dir():  # ... or its GGUF LoRA, applied at run time
             options["lora"] = str(gguf_lora_for(lora, path))
-        return cls(path, name=name or f"llamacpp:{argument}", **{**options, **kw})
+        name = name or f"llamacpp:{argument}"
+        if instances == 1:
+            return cls(path, name=name, **{**options, **kw})
+        options.setdefault("threads", max(1, (os.cpu_count() or 1) // instances))
+        members: list[LlamaCppModel] = []
+        try:
+            for _ in range(instances):
+                members.append(cls(path, name=name, **{**options, **kw}))
+        except BaseException:
+            for member in members:
+                member.close()
+            raise
+        return ModelPool(members, name=name)
 
     def close(self) -> None:
         """Free the llama.cpp context and weights now (otherwise when the model is collected)."""
@@ -399,6 +420,12 @@ class LlamaCppModel(ModelBackend):
     def count_tokens(self, text: str) -> int:
         """Tokens of ``text`` in this model's vocabulary (special tokens parsed, no BOS)."""
         return len(self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
+
+    def reusable_prefix(self, messages: Sequence[Message]) -> int:
+        """Prompt tokens of ``messages`` whose KV this context holds now (what a generation would
+        not evaluate again); :class:`~hat.models.pool.ModelPool` routes by it."""
+        with self._lock:
+            return _common_prefix(self._held(), self._encode(messages))
 
     def _encode(self, messages: Sequence[Message]) -> list[int]:
         rendered = self._template.render(guard_user_turns(messages, self._breaker))
@@ -479,7 +506,7 @@ class LlamaCppModel(ModelBackend):
             raise ModelError(f"{self.name}: generation failed ({type(exc).__name__}: {exc})") from exc
 
 
-def _factory(argument: str, **kw: Any) -> LlamaCppModel:
+def _factory(argument: str, **kw: Any) -> LlamaCppModel | ModelPool:
     return LlamaCppModel.from_spec(argument, **kw)
 
 

@@ -451,6 +451,9 @@ def bench_model(
 
 # -- the bandwidth bound and Table 7 ----------------------------------------------------------------------
 def _engine_name(model: Any) -> str:
+    members = getattr(model, "members", None)
+    if isinstance(members, list) and members:  # a ModelPool
+        return f"{len(members)} × {_engine_name(members[0])}"
     kind = type(model).__name__
     return {"LlamaCppModel": "llama.cpp", "TransformersModel": "transformers", "ScriptedModel": "scripted"}.get(
         kind, kind

@@ -61,8 +61,11 @@ def serve_defaults(spec: str, model: object = None) -> tuple[int, float, str]:
         return 4, 30.0, "a remote or scripted model"
     weights = getattr(model, "model", None)  # TransformersModel keeps the torch module here
     device = str(getattr(model, "device", None) or getattr(weights, "device", "cpu"))
+    instances = int(getattr(model, "instances", 1) or 1)  # a ModelPool: that many generations at once
     if device.startswith("cuda"):
-        return 1, 30.0, "a local GPU model, which generates one request at a time"
+        return instances, 30.0, "a local GPU model, which generates one request at a time per instance"
+    if instances > 1:
+        return instances, LOCAL_CPU_DEADLINE_S, f"a pool of {instances} local CPU models, one request each at a time"
     return 1, LOCAL_CPU_DEADLINE_S, "a local CPU model, which answers one request at a time in 10-100 s"
 
 
