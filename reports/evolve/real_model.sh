@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Issue 16 with the default model: the reports/evolve.md cycle (defect -> T1 -> diagnose -> rule
+# proposal -> approve through the review API -> gate; a person's harmful edit -> gate blocks), then
+# the blind pairwise test (HAT vs base, n = 100, the judges as raters) and the simulated A/B, all on
+# smollm2-hat (transformers, float32: what the issue-10 tables were measured on). For an idle
+# machine, ~2.5 h on the 2-core box. Resumable: every step that wrote its output is skipped.
+#   bash reports/evolve/real_model.sh > /work/runs/evolve_real.log 2>&1 &
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+export PATH=$REPO/.venv/bin:$PATH
+W=${WORK:-/work/runs/evolve-real}
+M=${MODEL:-smollm2-hat?engine=transformers}
+N=${N:-100}
+OUT=$REPO/reports/evolve/real
+mkdir -p "$W" "$OUT"
+cd "$W"
+
+if [[ ! -d shop ]]; then
+  hat harness init shop --from livestream
+  # the defect: an edit drops the after-sales rule that names the hand-off tool
+  grep -v handoff_to_service shop/skills/after-sales-handoff/SKILL.md > x && mv x shop/skills/after-sales-handoff/SKILL.md
+  hat evolve init shop
+fi
+[[ -f runs/base/.done ]] || { hat eval --suite t1 --model "$M" --harness shop --n "$N" --seed 0 --out runs/base && touch runs/base/.done; }
+[[ -f diagnosis.json ]] || hat evolve diagnose --eval-report runs/base --out diagnosis.json | tee "$OUT/diagnose.txt"
+if [[ ! -f proposals.json ]]; then
+  hat evolve propose --harness shop --diagnosis diagnosis.json --reference livestream \
+    --evaluate --model "$M" --suites t1 --n "$N" --seed 0 --json > proposals.json
+fi
+pid=$(python -c "import json; print(json.load(open('proposals.json'))['proposals'][0]['id'])")
+
+approve() {  # proposal-id, note, output file: approve through the review page's API, as a person would
+  [[ -f $3 ]] && return
+  export HAT_REVIEW_TOKEN=${HAT_REVIEW_TOKEN:-$(python -c "import secrets; print(secrets.token_urlsafe(24))")}
+  hat evolve review --harness shop --port 8791 > review.log 2>&1 &
+  local server=$!
+  for _ in $(seq 60); do curl -s -o /dev/null http://localhost:8791/ && break; sleep 1; done  # any HTTP answer
+  curl -sf -X POST -H "Authorization: Bearer $HAT_REVIEW_TOKEN" -H 'Accept: application/json' \
+    --data-urlencode 'reviewer=operator' --data-urlencode "note=$2" \
+    "http://localhost:8791/proposals/$1/approve" > "$3.tmp" && mv "$3.tmp" "$3"
+  kill "$server"; wait "$server" 2>/dev/null || true
+}
+approve "$pid" "puts back the rule the last edit dropped" approved.json
+version=$(python -c "import json; print(json.load(open('approved.json'))['version'])")
+[[ -f gate1.json ]] || { hat evolve gate "$version" --harness shop --model "$M" --suites t1,t2,t3-prompt --n "$N" --seed 0 --json > gate1.json || true; }
+
+# a person's harmful edit: the shorter pricing skill drops its two tool rules
+if [[ ! -f proposals2.json ]]; then
+  rm -rf edited && cp -r shop edited
+  python - <<'EOF'
+import re, pathlib
+p = pathlib.Path("edited/skills/pricing-discounts/SKILL.md")
+p.write_text("\n".join(l for l in p.read_text().splitlines() if not re.search(r"get_price|get_discount_rules", l)) + "\n")
+EOF
+  hat evolve propose --harness shop --from-folder edited --rationale "shorter pricing skill" --json > proposals2.json
+fi
+pid2=$(python -c "import json; print(json.load(open('proposals2.json'))['proposals'][0]['id'])")
+approve "$pid2" "looks harmless" approved2.json
+version2=$(python -c "import json; print(json.load(open('approved2.json'))['version'])")
+[[ -f gate2.json ]] || { hat evolve gate "$version2" --harness shop --model "$M" --suites t1,t2,t3-prompt --n "$N" --seed 0 --json > gate2.json || true; }
+hat evolve log --harness shop > "$OUT/log.txt"
+hat evolve history --harness shop --out "$OUT/history.png"
+cp diagnosis.json proposals.json approved.json gate1.json proposals2.json approved2.json gate2.json "$OUT/"
+
+# blind pairwise, HAT vs base, the judges as raters
+[[ -f pairwise/key.json ]] || hat compare pairwise --model "$M" --baseline smollm2 --suite t1 --n "$N" --seed 5 --out pairwise --json > pairwise.json
+hat compare tally pairwise --json > "$OUT/pairwise_tally.json"
+# simulated A/B with a known true uplift
+[[ -f ab.json ]] || hat compare ab-sim --control smollm2 --treatment "$M" --comments 200 --seed 0 --out visits.jsonl --json > ab.json
+cp ab.json "$OUT/"
+echo "done $(date -u +%H:%M:%S)"
