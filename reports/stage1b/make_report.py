@@ -14,7 +14,9 @@ checked with the numbers), ``dims.md`` (per-dimension scores), ``loss.png`` (tra
 from ``steps.jsonl``), ``suites.png`` (per-suite bars with error bars), ``dims.png`` (per-dimension
 bars for T1 and T2) and ``steps_<name>.jsonl`` (each run's step log, copied so the plots rebuild
 without the run folders). Standard errors: of the mean of per-episode scores (suites, from the
-``*.progress.jsonl`` case logs) and binomial for IFEval's prompt-level strict accuracy.
+``*.progress.jsonl`` case logs) and binomial for IFEval's prompt-level strict accuracy; for the
+mean of HSA seeds (evaluated on the same episodes), of the per-episode mean across seeds, or where
+a case log is missing (IFEval) the mean of the seeds' errors, an upper bound shown as "± ≤ x".
 """
 
 from __future__ import annotations
@@ -35,18 +37,41 @@ def _pairs(values: list[str]) -> dict[str, str]:
     return dict(value.split("=", 1) for value in values)
 
 
-def _stderr(eval_dir: Path, suite: str, slug: str, summary: dict) -> float | None:
-    if suite == "ifeval":
-        p, n = float(summary["score"]) / 100, int(summary["n"])
-        return 100 * math.sqrt(p * (1 - p) / n) if n else None
+def _case_scores(eval_dir: Path, suite: str, slug: str) -> dict[str, float] | None:
+    """``{episode id: overall score in [0, 1]}`` from a suite's case log; None without one."""
     path = eval_dir / f"{suite}_{slug}.progress.jsonl"  # attempt 2's case log; later runs keep _cases.jsonl
     if not path.is_file():
         path = eval_dir / f"{suite}_{slug}_cases.jsonl"
-    if not path.is_file():
+    if suite == "ifeval" or not path.is_file():
         return None
     cases = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    overall = [sum(c["scores"][d] for d in DIMS) / len(DIMS) for c in cases]
-    return 100 * statistics.stdev(overall) / math.sqrt(len(overall)) if len(overall) > 1 else None
+    return {str(c.get("episode_id", i)): sum(c["scores"][d] for d in DIMS) / len(DIMS) for i, c in enumerate(cases)}
+
+
+def _mean_se(values: list[float]) -> float | None:
+    return 100 * statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else None
+
+
+def _stderr(suite: str, summary: dict, cases: dict[str, float] | None) -> float | None:
+    if suite == "ifeval":
+        p, n = float(summary["score"]) / 100, int(summary["n"])
+        return 100 * math.sqrt(p * (1 - p) / n) if n else None
+    return None if cases is None else _mean_se(list(cases.values()))
+
+
+def _seed_mean_se(entries: list[dict]) -> tuple[float | None, bool]:
+    """Standard error of the mean of seeds evaluated on the same episodes: from the per-episode mean
+    across seeds when every seed has its case log over the same episodes (the seeds' errors are
+    correlated through the shared episodes, so treating them as independent would understate it);
+    otherwise the mean of the seeds' standard errors, an upper bound under any correlation."""
+    cases = [e.get("cases") for e in entries]
+    if all(c is not None for c in cases) and len({frozenset(c) for c in cases}) == 1:  # type: ignore[arg-type]
+        ids = sorted(cases[0])  # type: ignore[arg-type]
+        return _mean_se([statistics.fmean(c[i] for c in cases) for i in ids]), False  # type: ignore[index]
+    ses = [e["se"] for e in entries]
+    if None in ses:
+        return None, True
+    return statistics.fmean(ses), True
 
 
 def _se_bound(score: float, n: int) -> float | None:
@@ -64,7 +89,8 @@ def load(eval_dirs: list[Path], slugs: dict[str, str]) -> dict[str, dict[str, di
             folder = next((d for d in eval_dirs if (d / f"{suite}_{slug}.json").is_file()), None)
             if folder is not None:
                 summary = json.loads((folder / f"{suite}_{slug}.json").read_text(encoding="utf-8"))
-                se = _stderr(folder, suite, slug, summary)
+                cases = _case_scores(folder, suite, slug)
+                se = _stderr(suite, summary, cases)
                 bound = se is None
                 if bound:
                     se = _se_bound(float(summary["score"]), int(summary["n"]))
@@ -74,6 +100,7 @@ def load(eval_dirs: list[Path], slugs: dict[str, str]) -> dict[str, dict[str, di
                     "se_bound": bound,
                     "dims": summary.get("dims", {}),
                     "n": summary["n"],
+                    "cases": cases,
                 }
     seeds = [name for name in scores if name.startswith("hsa-")]
     if seeds:
@@ -81,11 +108,11 @@ def load(eval_dirs: list[Path], slugs: dict[str, str]) -> dict[str, dict[str, di
         for suite in SUITES:
             entries = [scores[s][suite] for s in seeds if suite in scores[s]]
             if len(entries) == len(seeds):
-                ses = [e["se"] for e in entries]
+                se, bound = _seed_mean_se(entries)
                 scores["hsa"][suite] = {
                     "score": statistics.fmean(e["score"] for e in entries),
-                    "se": None if None in ses else math.sqrt(sum(se**2 for se in ses)) / len(ses),  # type: ignore[operator]
-                    "se_bound": any(e.get("se_bound") for e in entries),
+                    "se": se,
+                    "se_bound": bound or any(e.get("se_bound") for e in entries),
                     "dims": {d: statistics.fmean(e["dims"].get(d, 0.0) for e in entries) for d in entries[0]["dims"]},
                     "n": sum(e["n"] for e in entries),
                 }
@@ -111,7 +138,7 @@ def table(scores: dict[str, dict[str, dict]]) -> str:
         t1, t2 = _get(scores, name, "t1"), _get(scores, name, "t2")
         gap = "—" if t1 is None or t2 is None else f"{t1['score'] - t2['score']:.1f}"
         lines.append(f"| {LABELS.get(name, name)} | " + " | ".join(cells) + f" | {gap} |")
-    note = "Score ± standard error (± ≤ x: the case log is lost, x is the largest SE the mean allows)"
+    note = "Score ± standard error (± ≤ x: an upper bound — a lost case log, x the largest SE the mean allows; or a mean of seeds without case logs, the mean of their SEs)"
     lines += ["", f"{note}; deltas against base. IFEval: prompt-level strict accuracy.", ""]
     return "\n".join([*lines, "Targets (issue 10):", *targets(scores)]) + "\n"
 
