@@ -138,7 +138,10 @@ def table(scores: dict[str, dict[str, dict]]) -> str:
         t1, t2 = _get(scores, name, "t1"), _get(scores, name, "t2")
         gap = "—" if t1 is None or t2 is None else f"{t1['score'] - t2['score']:.1f}"
         lines.append(f"| {LABELS.get(name, name)} | " + " | ".join(cells) + f" | {gap} |")
-    note = "Score ± standard error (± ≤ x: an upper bound — a lost case log, x the largest SE the mean allows; or a mean of seeds without case logs, the mean of their SEs)"
+    note = (
+        "Score ± standard error (± ≤ x: an upper bound — a lost case log, x the largest SE the mean"
+        " allows; or a mean of seeds without case logs, the mean of their SEs)"
+    )
     lines += ["", f"{note}; deltas against base. IFEval: prompt-level strict accuracy.", ""]
     return "\n".join([*lines, "Targets (issue 10):", *targets(scores)]) + "\n"
 
