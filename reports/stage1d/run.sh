@@ -16,11 +16,14 @@ mkdir -p "$RUNS"
 # The replay rows are committed (reports/stage1b/general/, dataset sha256 fc1ecb2a21ae...): a fresh
 # machine copies them instead of spending 6-25 minutes regenerating the same rows (they regenerate
 # bit for bit; the command below does it when the committed copy is absent).
-if [ ! -f "$REPLAY/data.jsonl" ] && [ -f reports/stage1b/general/data.jsonl ]; then
-  mkdir -p "$REPLAY" && cp reports/stage1b/general/data.jsonl reports/stage1b/general/config.yaml "$REPLAY/"
+# REPLAY_SRC / REPLAY_N: an attempt with another replay set (attempt 11: 3,000 prompts) names its
+# committed copy and its size.
+REPLAY_SRC=${REPLAY_SRC:-reports/stage1b/general}
+if [ ! -f "$REPLAY/data.jsonl" ] && [ -f "$REPLAY_SRC/data.jsonl" ]; then
+  mkdir -p "$REPLAY" && cp "$REPLAY_SRC/data.jsonl" "$REPLAY_SRC/config.yaml" "$REPLAY/"
 fi
-[ -f "$REPLAY/data.jsonl" ] || hat datagen-general --n 720 --batch-size 64 --max-new-tokens 384 --dtype bfloat16 \
-  --seed 0 --out "$REPLAY" --json > "$RUNS/general.json"
+[ -f "$REPLAY/data.jsonl" ] || hat datagen-general --n "${REPLAY_N:-720}" --batch-size 64 --max-new-tokens 384 \
+  --dtype bfloat16 --seed 0 --out "$REPLAY" --json > "$RUNS/general.json"
 
 train() {  # name, extra args...   (ONLY=<name>: train that one model and skip the others)
   [ -n "${ONLY:-}" ] && [ "$ONLY" != "$1" ] && return 0
