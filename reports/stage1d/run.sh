@@ -21,6 +21,8 @@ mkdir -p "$RUNS"
 REPLAY_SRC=${REPLAY_SRC:-reports/stage1b/general}
 if [ ! -f "$REPLAY/data.jsonl" ] && [ -f "$REPLAY_SRC/data.jsonl" ]; then
   mkdir -p "$REPLAY" && cp "$REPLAY_SRC/data.jsonl" "$REPLAY_SRC/config.yaml" "$REPLAY/"
+elif [ ! -e "$REPLAY" ] && [ -f "$REPLAY_SRC/data.part.jsonl" ]; then  # a committed unfinished run: resumed below
+  mkdir -p "$REPLAY" && cp "$REPLAY_SRC/data.part.jsonl" "$REPLAY_SRC/config.yaml" "$REPLAY/"
 fi
 [ -f "$REPLAY/data.jsonl" ] || hat datagen-general --n "${REPLAY_N:-720}" --batch-size 64 --max-new-tokens 384 \
   --dtype bfloat16 --seed 0 --out "$REPLAY" --json > "$RUNS/general.json"
