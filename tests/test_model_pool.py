@@ -196,3 +196,19 @@ def test_smollm2_hat_instances_must_be_a_positive_count(argument: str) -> None:
     with pytest.raises(ModelSpecError):
         _hat_options(argument)
     assert _hat_options("?engine=llamacpp&instances=2") == ("llamacpp", {"instances": 2})
+
+
+def test_build_closes_the_members_it_made_when_one_fails() -> None:
+    made: list[Member] = []
+
+    def make() -> Member:
+        if len(made) == 2:
+            raise ModelError("out of memory")
+        made.append(Member(f"m{len(made)}"))
+        return made[-1]
+
+    with pytest.raises(ModelError):
+        ModelPool.build(make, 3)
+    assert [m.closed for m in made] == [True, True]
+    made.clear()
+    assert ModelPool.build(make, 2, name="two").instances == 2

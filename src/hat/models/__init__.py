@@ -208,8 +208,7 @@ def _transformers_hat(instances: int = 1, **kw: Any) -> Model:
         return TransformersModel.from_pretrained(shipped_adapter("smollm2-hat"), **kw)
     from hat.models.pool import ModelPool
 
-    members = [TransformersModel.from_pretrained(shipped_adapter("smollm2-hat"), **kw) for _ in range(instances)]
-    return ModelPool(members, name=members[0].name)
+    return ModelPool.build(lambda: TransformersModel.from_pretrained(shipped_adapter("smollm2-hat"), **kw), instances)
 
 
 def _smollm2_hat(argument: str, **kw: Any) -> Model:

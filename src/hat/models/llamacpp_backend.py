@@ -342,15 +342,7 @@ class LlamaCppModel(ModelBackend):
         if instances == 1:
             return cls(path, name=name, **{**options, **kw})
         options.setdefault("threads", max(1, (os.cpu_count() or 1) // instances))
-        members: list[LlamaCppModel] = []
-        try:
-            for _ in range(instances):
-                members.append(cls(path, name=name, **{**options, **kw}))
-        except BaseException:
-            for member in members:
-                member.close()
-            raise
-        return ModelPool(members, name=name)
+        return ModelPool.build(lambda: cls(path, name=name, **{**options, **kw}), instances, name=name)
 
     def close(self) -> None:
         """Free the llama.cpp context and weights now (otherwise when the model is collected)."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from hat.errors import ModelSpecError
@@ -52,6 +52,21 @@ class ModelPool(ModelBackend):
         self._idle_since = [0.0] * len(self.members)
         self._waiting: list[object] = []  # tickets, first come first served
         self.served = [0] * len(self.members)
+
+    @classmethod
+    def build(cls, make: Callable[[], ModelBackend], instances: int, *, name: str | None = None) -> ModelPool:
+        """``instances`` members from ``make()``; those already built are closed if one fails."""
+        members: list[ModelBackend] = []
+        try:
+            for _ in range(instances):
+                members.append(make())
+        except BaseException:
+            for member in members:
+                close = getattr(member, "close", None)
+                if callable(close):
+                    close()
+            raise
+        return cls(members, name=name)
 
     @property
     def instances(self) -> int:
