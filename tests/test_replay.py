@@ -177,10 +177,17 @@ def test_a_crashed_run_resumes_and_skips_finished_ids(prompts_file: Path, tmp_pa
     assert len(finished) == 2 and not (out / "data.jsonl").exists()
     with pytest.raises(HatError, match=r"different config.*seed"):
         generate_replay(ReplayConfig(**{**config.to_dict(), "seed": 2}), out, model=FakeModel())
-    again = FakeModel()
-    stats = generate_replay(ReplayConfig(**{**config.to_dict(), "batch_size": 4}), out, model=again)
+    again, calls = FakeModel(), []
+    stats = generate_replay(
+        ReplayConfig(**{**config.to_dict(), "batch_size": 4}),
+        out,
+        model=again,
+        progress=lambda d, t: calls.append(("progress", d, t)),
+        on_resume=lambda d, t: calls.append(("resume", d, t)),
+    )
     asked = [p for batch in again.batches for p in batch]
     assert stats["resumed"] == 2 and stats["generated"] == 4 == len(asked)
+    assert calls == [("resume", 2, 6), ("progress", 6, 6)]  # the ETA's rate starts after the resumed rows
     assert not {p["prompt"] for p in PROMPTS if p["id"] in finished} & set(asked)
     generate_replay(config, tmp_path / "whole", model=FakeModel())
     assert (out / "data.jsonl").read_bytes() == (tmp_path / "whole" / "data.jsonl").read_bytes()

@@ -443,8 +443,9 @@ def datagen_general_command(
         base = ReplayConfig.load(config) if config else ReplayConfig()
         cfg = base.with_overrides(**REPLAY_OPTIONS.overrides(ctx.params))  # the options above, through the table
         cfg.validate()
-        with StepProgress("datagen-general", cfg.n) as advance, stdout_to_stderr(as_json):
-            stats = generate_replay(cfg, out_dir, progress=advance)
+        bar = StepProgress("datagen-general", cfg.n)
+        with bar as advance, stdout_to_stderr(as_json):
+            stats = generate_replay(cfg, out_dir, progress=advance, on_resume=bar.resume)
     except (HatError, ValueError) as exc:
         fail(exc, error_exit(exc))
     if as_json:

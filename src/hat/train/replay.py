@@ -207,13 +207,20 @@ def _load_options(config: ReplayConfig) -> dict[str, Any]:
 
 
 def generate_replay(
-    config: ReplayConfig, out_dir: str | Path, progress: ProgressFn | None = None, *, model: Model | None = None
+    config: ReplayConfig,
+    out_dir: str | Path,
+    progress: ProgressFn | None = None,
+    *,
+    model: Model | None = None,
+    on_resume: ProgressFn | None = None,
 ) -> dict[str, Any]:
     """Answer ``config.n`` general prompts with ``config.model`` and write a dataset into ``out_dir``
     (new, empty, or an unfinished run of the same config, which is resumed): ``data.jsonl``,
     ``config.yaml`` and ``stats.json``. Returns the stats. ``progress(done, total)`` is called
     after every batch (``done`` counts resumed prompts too). ``model``: an already loaded model to
-    use instead of loading ``config.model`` (which still names the teacher in the rows)."""
+    use instead of loading ``config.model`` (which still names the teacher in the rows).
+    ``on_resume(resumed, total)`` is called once, before the first batch, when an unfinished run
+    is resumed (``StepProgress.resume``: resumed prompts then do not count toward the ETA)."""
     start = time.perf_counter()
     chosen = select_prompts(load_prompts(config.prompts), config)
     out = Path(out_dir)
@@ -223,6 +230,8 @@ def generate_replay(
     resumed = sum(p["id"] in done for p in chosen)
     todo = [p for p in chosen if p["id"] not in done]
     load_s = gen_s = 0.0
+    if todo and resumed and on_resume is not None:
+        on_resume(resumed, len(chosen))
     if todo:
         model = model if model is not None else load_model(config.model, **_load_options(config))
         load_s = time.perf_counter() - start
