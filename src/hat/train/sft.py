@@ -379,6 +379,7 @@ def train_sft(
         import torch
 
         torch.set_num_threads(config.torch_threads)
+    code = code_version()  # now, not after hours of training: commits made meanwhile are not this run's code
     chosen = training_rows(config, rows)
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -401,7 +402,7 @@ def train_sft(
         n_truncated=int(setup.n_truncated),
         examples_hash=rows_hash,
         wall_s=round(time.perf_counter() - start, 2),
-        code=code_version(),
+        code=code,
         n_harness_states=len({r["harness_hash"] for r in setup.rows if r.get("harness_hash")}),
         steps_wall_s=_steps_wall(out / STEPS_FILE),
     )
