@@ -34,6 +34,7 @@ from test_datagen import build_tokenizer
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
+from transformers import TrainerCallback  # noqa: E402
 
 from hat.train.gdpo import segment_advantages  # noqa: E402
 from hat.train.rl import (  # noqa: E402  (after the importorskip of TRL)
@@ -234,6 +235,45 @@ def test_rl_step_changes_lora_weights_and_writes_diagnostics(setup: dict[str, An
     model, _, base_ref, peft_config = load_policy(_config(tmp_path / "again", out))
     assert peft_config is None and base_ref == adapter_base
     assert any(p.requires_grad for n, p in model.named_parameters() if "lora_" in n)
+
+
+def test_an_interrupted_run_resumes_to_the_same_weights_and_diagnostics(setup: dict[str, Any], tmp_path: Path) -> None:
+    """Two steps straight vs. one step, a crash (the second checkpoint and the outputs lost, a torn
+    diagnostics line) and ``--resume``: the same adapter bit for bit, the same diagnostics. The
+    live tiny policy samples the rollouts, so the step-seeded sampling is part of what is checked."""
+    from safetensors.torch import load_file
+
+    def run(out: Path, **changes: Any) -> Any:
+        config = _config(out, f"hf:{setup['folder']}", max_steps=2, save_steps=1, max_new_tokens=6, **changes)
+        return train_rl(config, episodes=setup["episodes"])
+
+    straight, crashed = tmp_path / "straight", tmp_path / "crashed"
+    with pytest.raises(HatError, match="no checkpoint"):
+        run(straight, resume_from_checkpoint="latest")
+    run(straight)
+    run(crashed)
+    import shutil
+
+    shutil.rmtree(crashed / "checkpoint-2")
+    (crashed / "adapter_model.safetensors").unlink()
+    diagnostics = crashed / DIAGNOSTICS_FILE
+    diagnostics.write_text(diagnostics.read_text() + '{"step": 3, "torn', encoding="utf-8")
+    steps: list[int] = []
+
+    class Steps(TrainerCallback):  # type: ignore[misc]
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            steps.append(int(state.global_step))
+
+    config = _config(crashed, f"hf:{setup['folder']}", max_steps=2, save_steps=1, max_new_tokens=6)
+    config.resume_from_checkpoint = "latest"
+    result = train_rl(config, episodes=setup["episodes"], callbacks=[Steps()])
+    assert result.global_step == 2 and steps == [2]  # only the lost step was redone
+    a, b = load_file(str(straight / "adapter_model.safetensors")), load_file(str(crashed / "adapter_model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    rows = [[json.loads(line) for line in (d / DIAGNOSTICS_FILE).read_text().splitlines()] for d in (straight, crashed)]
+    assert [r["step"] for r in rows[1]] == [1, 2]
+    for key in ("rewards/accuracy/mean", "hat/q", "hat/cot_tokens", "loss"):
+        assert [r.get(key) for r in rows[0]] == [r.get(key) for r in rows[1]], key
 
 
 def test_token_advantages_feed_trl_loss_and_lower_it_on_a_fixed_batch(setup: dict[str, Any], tmp_path: Path) -> None:

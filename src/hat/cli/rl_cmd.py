@@ -16,7 +16,7 @@ from typing import Any
 import typer
 
 from hat.cli.common import check_text_or_exit
-from hat.cli.train_cmd import ConfigOption, OptionTable, load_training_config, run_training
+from hat.cli.train_cmd import ConfigOption, OptionTable, load_training_config, run_training, when_on
 from hat.train.rl_defaults import ADVANTAGES, RL
 
 __all__ = ["RL_OPTIONS", "rl_command"]
@@ -48,6 +48,11 @@ RL_OPTIONS = OptionTable(
         "save_steps": ConfigOption("save_steps", "Checkpoint every N steps"),
         "seed": ConfigOption("seed", "Training seed (also seeds the coin flips and sampling)"),
         "threads": ConfigOption("torch_threads", "torch CPU threads (1 is faster on a busy CPU)", unset="torch's"),
+        "resume": ConfigOption(
+            "resume_from_checkpoint",
+            "Continue from the latest complete checkpoint in --out",
+            convert=when_on("latest"),
+        ),
     },
     inherited="TRL's",
 )
@@ -79,6 +84,7 @@ def rl_command(
     save_steps: int | None = _RO("save_steps", min=1),
     seed: int | None = _RO("seed"),
     threads: int | None = _RO("threads", min=1),
+    resume: bool = _RO("resume", "--resume", default=False),
     config: Path | None = typer.Option(None, "--config", help="HatRLConfig YAML (any TRL field); options override."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as one JSON object on stdout."),
 ) -> None:

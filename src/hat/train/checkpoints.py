@@ -14,6 +14,9 @@ command.
   ``adapter_config.json``; HAT rewrites it to the base as its loader understands it (``smollm2``,
   or the base folder's absolute path), in the output folder and, through
   :func:`adapter_base_callback`, in every checkpoint.
+- **Step logs** (:func:`trim_step_log`): a stage's own JSONL log of steps (OPD's ``opd_log.jsonl``,
+  RL's ``rl_diagnostics.jsonl``) keeps, on resume, only the steps up to the resumed checkpoint's
+  (the later ones, a crashed run's, are redone); a fresh run starts it empty.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ __all__ = [
     "fix_adapter_base",
     "latest_complete_checkpoint",
     "resume_checkpoint",
+    "trim_step_log",
 ]
 
 logger = logging.getLogger(__name__)
@@ -134,3 +138,22 @@ def adapter_base_callback(base_ref: str) -> Any:
             fix_adapter_base(Path(args.output_dir) / f"checkpoint-{state.global_step}", base_ref)
 
     return _FixCheckpointBase()
+
+
+def trim_step_log(path: Path, resume: str | None) -> None:
+    """Keep the lines of ``path`` (JSON objects with a ``step``) up to the step of the checkpoint
+    ``resume`` (every later step is redone after it); without ``resume`` the log is removed, so a
+    fresh run starts an empty one. A torn line (a crash mid-write) is dropped."""
+    if resume is None or not path.is_file():
+        path.unlink(missing_ok=True)
+        return
+    step = int(json.loads((Path(resume) / "trainer_state.json").read_text(encoding="utf-8"))["global_step"])
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if int(record.get("step", 0)) <= step:
+            kept.append(line + "\n")
+    path.write_text("".join(kept), encoding="utf-8")

@@ -42,7 +42,7 @@ import yaml
 
 from hat.errors import HatError
 from hat.harness.state import canonical_json, sha256_text
-from hat.train.checkpoints import adapter_base_callback, fix_adapter_base, resume_checkpoint
+from hat.train.checkpoints import adapter_base_callback, fix_adapter_base, resume_checkpoint, trim_step_log
 from hat.train.opd_config import HatOPDConfig
 from hat.train.replay import load_prompts
 from hat.train.sft import load_base
@@ -178,24 +178,6 @@ def _log_callback(path: Path) -> Any:
     return _JsonlLog()
 
 
-def _trim_log(path: Path, resume: str | None) -> None:
-    """Keep the lines of steps up to the resumed checkpoint's (all of them are redone after it);
-    a fresh run starts an empty log."""
-    if resume is None or not path.is_file():
-        path.unlink(missing_ok=True)
-        return
-    step = int(json.loads((Path(resume) / "trainer_state.json").read_text(encoding="utf-8"))["global_step"])
-    kept = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a torn last line from a crash
-        if int(record.get("step", 0)) <= step:
-            kept.append(line + "\n")
-    path.write_text("".join(kept), encoding="utf-8")
-
-
 # -- training -------------------------------------------------------------------------------------
 def build_opd_trainer(
     config: HatOPDConfig, prompts: Sequence[dict[str, Any]] | None = None, *, callbacks: Sequence[Any] = ()
@@ -238,7 +220,7 @@ def train_opd(
         torch.set_num_threads(config.torch_threads)
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    _trim_log(out / LOG_FILE, resume)
+    trim_step_log(out / LOG_FILE, resume)
     setup = build_opd_trainer(config, prompts, callbacks=[*callbacks, _log_callback(out / LOG_FILE)])
     config.save_yaml(out / CONFIG_FILE)
     output = setup.trainer.train(resume_from_checkpoint=resume)

@@ -23,7 +23,9 @@ How TRL is extended, and why this way: the rollouts enter through TRL's ``rollou
 column that thin reward functions read back, so TRL logs ``rewards/<dim>/mean``);
 :meth:`HatGRPOTrainer._generate_and_score_completions` calls TRL's and replaces its sequence-level
 advantages with the token-level ones; :meth:`HatGRPOTrainer.log` appends each step's metrics to
-``rl_diagnostics.jsonl``. TRL's own generation, tool loop and environments are not used: they
+``rl_diagnostics.jsonl``. ``--resume`` continues from the newest complete checkpoint (the rules of
+:mod:`hat.train.checkpoints`); a step's rollouts are seeded by the step number, so a resumed run
+samples what the uninterrupted one would have. TRL's own generation, tool loop and environments are not used: they
 speak the chat template's native tool-calling format, while the harness owns HAT's text protocol
 and hooks, which HSA varies.
 """
@@ -49,7 +51,7 @@ from hat.augment import load_envelope
 from hat.env.episode import Episode
 from hat.errors import HatError
 from hat.harness.loader import load_harness
-from hat.train.checkpoints import adapter_base_callback, fix_adapter_base
+from hat.train.checkpoints import adapter_base_callback, fix_adapter_base, resume_checkpoint, trim_step_log
 from hat.train.gdpo import scatter_to_tokens, segment_advantages, zero_advantage_groups
 from hat.train.rl_config import HatRLConfig
 from hat.train.rollouts import Rollout, RolloutJob, RolloutPolicy, RolloutRunner
@@ -413,14 +415,15 @@ def train_rl(
     if not config.output_dir:
         raise HatError("HatRLConfig.output_dir is required")
     start = time.perf_counter()
+    resume = resume_checkpoint(config)  # the same rules as SFT and OPD
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / DIAGNOSTICS_FILE).unlink(missing_ok=True)
+    trim_step_log(out / DIAGNOSTICS_FILE, resume)
     trainer = build_rl_trainer(config, episodes=episodes, callbacks=callbacks, policy=policy)
     config.save_yaml(out / CONFIG_FILE)
-    output = trainer.train()
+    output = trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(str(out))
     trainer.save_state()
     trainer._tokenizer.save_pretrained(str(out))
