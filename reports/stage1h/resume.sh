@@ -16,7 +16,7 @@ R=${RUNS:-/work/runs/stage1h}
 for saved in "$A"/resume/*/; do
   [ -d "$saved" ] || continue
   name=$(basename "$saved")
-  if ! ls -d "$R/$name"/checkpoint-* >/dev/null 2>&1 && [ ! -f "$R/$name/sft_result.json" ]; then
+  if ! ls -d "$R/$name"/checkpoint-* >/dev/null 2>&1 && ! ls "$R/$name"/*_result.json >/dev/null 2>&1; then
     mkdir -p "$R/$name"
     cp -r "$saved". "$R/$name/"
     echo "resume.sh: restored $name into $R/$name"

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Issue 14: stages 2 and 3 on the stage-1 models, then the full HAT table — in the order that gives
+# the main rows first. Every step is skipped when its output exists; trainings resume from their
+# newest complete checkpoint (--resume), evaluations from their finished cases. Run through
+# reports/stage23/resume.sh (restores runs saved in reports/stage23/resume/ on a fresh machine).
+#
+# Inputs: the stage-1 models of attempt 11 (reports/stage1l/): HSA-SFT seed 0 and Fixed-SFT, their
+# final adapters restored from reports/stage1l/resume/ when the run folder lacks them. Their rows of
+# the table (and base's) are attempt 11's evaluations (same suites, n and evaluation seed).
+#
+# Sizes (2 cores; override by environment): OPD 512 general prompts, 8 per step (64 steps);
+# RL 256 training episodes (datagen seed, never an evaluation seed), G = 4 rollouts per group,
+# 8 rollouts per step (2 groups), RL_STEPS = 100 steps = 200 groups per RL run.
+set -euo pipefail
+source .venv/bin/activate
+R=${RUNS:-/work/runs/stage23}
+S1=${STAGE1_RUNS:-/work/runs/stage1l}
+A=reports/stage23
+RL_STEPS=${RL_STEPS:-100}
+source reports/stage1d/eval_steps.sh
+mkdir -p "$R"
+
+finished() { ls "$1"/*_result.json >/dev/null 2>&1; }
+resume_flag() { ls -d "$1"/checkpoint-* >/dev/null 2>&1 && echo --resume || true; }
+stage1() {  # a stage-1 run folder with its final adapter (restored from the committed copy if need be)
+  local run="$S1/$1" saved="reports/stage1l/resume/$1"
+  if ! finished "$run" && [ -f "$saved/sft_result.json" ]; then mkdir -p "$run" && cp -r "$saved"/. "$run/"; fi
+  finished "$run" || { echo "pipeline.sh: stage-1 model $run has not finished training" >&2; exit 1; }
+  echo "$run"
+}
+opd() {  # student, out
+  finished "$2" || hat train opd --model "$1" --out "$2" --n-prompts 512 --batch-size 8 --save-steps 4 \
+    --threads 2 $(resume_flag "$2")
+}
+rl() {  # start, out, extra options...
+  local start="$1" out="$2"; shift 2
+  finished "$out" || hat train rl --model "$start" --out "$out" --episodes 256 -G 4 --batch-size 8 \
+    --max-steps "$RL_STEPS" --save-steps 2 --threads 2 $(resume_flag "$out") "$@"
+}
+SUITES=(ifeval:541 t1:100 t2:100 t3-tool:100 t3-prompt:100)
+
+HSA=$(stage1 sft-hsa-s0)
+opd "$HSA" "$R/opd-hsa"
+ev "hf:$R/opd-hsa" "${SUITES[@]}"
+rl "$R/opd-hsa" "$R/rl-hat"                                   # HAT: segment-decomposed GDPO, HSA at RL
+ev "hf:$R/rl-hat" "${SUITES[@]}"
+rl "$R/opd-hsa" "$R/rl-grpo" --advantage grpo                 # ablation: plain GRPO
+ev "hf:$R/rl-grpo" "${SUITES[@]}"
+rl "$R/opd-hsa" "$R/rl-nohsa" --hsa-prob 0                    # ablation: RL on the production harness only
+ev "hf:$R/rl-nohsa" "${SUITES[@]}"
+# Figure-5 grid (HSA at SFT × HSA at RL): the Fixed-SFT model through the same stages
+FIXED=$(stage1 sft-fixed)
+opd "$FIXED" "$R/opd-fixed"
+rl "$R/opd-fixed" "$R/rl-fixed-hsa"
+ev "hf:$R/rl-fixed-hsa" "${SUITES[@]}"
+rl "$R/opd-fixed" "$R/rl-fixed-nohsa" --hsa-prob 0
+ev "hf:$R/rl-fixed-nohsa" "${SUITES[@]}"
