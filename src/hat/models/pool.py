@@ -61,10 +61,7 @@ class ModelPool(ModelBackend):
             for _ in range(instances):
                 members.append(make())
         except BaseException:
-            for member in members:
-                close = getattr(member, "close", None)
-                if callable(close):
-                    close()
+            _close_all(members)
             raise
         return cls(members, name=name)
 
@@ -81,10 +78,7 @@ class ModelPool(ModelBackend):
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}")
 
     def close(self) -> None:
-        for member in self.members:
-            close = getattr(member, "close", None)
-            if callable(close):
-                close()
+        _close_all(self.members)
 
     # -- checkout ---------------------------------------------------------------------------------
     def _pick(self, messages: Sequence[Message]) -> int:
@@ -135,3 +129,11 @@ class ModelPool(ModelBackend):
             yield from self.members[index]._stream(messages, config, cache_key, finish)
         finally:
             self._release(index)
+
+
+def _close_all(members: Iterable[ModelBackend]) -> None:
+    """Close each member that can be closed (a backend without ``close`` holds nothing to free)."""
+    for member in members:
+        close = getattr(member, "close", None)
+        if callable(close):
+            close()

@@ -230,9 +230,9 @@ def generate_replay(
     resumed = sum(p["id"] in done for p in chosen)
     todo = [p for p in chosen if p["id"] not in done]
     load_s = gen_s = 0.0
-    if todo and resumed and on_resume is not None:
-        on_resume(resumed, len(chosen))
     if todo:
+        if resumed and on_resume is not None:
+            on_resume(resumed, len(chosen))
         model = model if model is not None else load_model(config.model, **_load_options(config))
         load_s = time.perf_counter() - start
         gen_s = _answer(model, todo, config, part, done, progress, total=len(chosen))
