@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/eval_throughput.py [--suite t1] [--n 100] [--model smollm2-hat]
         [--batch-size 16] [--seed 0] [--threads N] [--dtype bfloat16] [--json] [--out result.json]
+        [--batched-dtype bfloat16 --invariant [--check-unbatched]]
 
 Runs ``run_cases`` twice on the same cases: ``batch_size=1`` (one episode after another, the old
 path) and ``batch_size=N`` (episodes on N threads, their rounds stepped together through
@@ -11,6 +12,12 @@ raw model output of every round (greedy decoding must not depend on batching). P
 per minute of each run and the speedup; ``--out`` writes the same JSON to a file. ``--dtype``
 loads the model in that dtype for both runs (float32 by default on CPU; in bfloat16, greedy picks
 sit much closer to ties, so the two runs may disagree on a few cases).
+
+``--batched-dtype D --invariant``: the batched run loads the model in ``D`` with batch-invariant
+decoding (:mod:`hat.models.invariant`) while the unbatched run stays the old path (``--dtype``,
+float32 by default): the speedup of the new evaluation path over the old one. Their outputs are
+not expected to agree (different precision); ``--check-unbatched`` adds a third run, unbatched in
+``D`` with the same invariant decoding, and checks *that* one against the batched run case by case.
 """
 
 from __future__ import annotations
@@ -61,6 +68,11 @@ def main() -> None:
     parser.add_argument(
         "--dtype", default=None, help="model dtype for both runs (default: the backend's, float32 on CPU)"
     )
+    parser.add_argument("--batched-dtype", default=None, help="dtype of the batched run (default: --dtype)")
+    parser.add_argument("--invariant", action="store_true", help="batched run: batch-invariant decoding")
+    parser.add_argument(
+        "--check-unbatched", action="store_true", help="a third run, unbatched like the batched one, compared with it"
+    )
     parser.add_argument("--json", action="store_true", help="print only the JSON result")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON result here")
     args = parser.parse_args()
@@ -69,13 +81,27 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     cases = build_cases(args.suite, n=args.n, seed=args.seed)
+    old = {"dtype": args.dtype} if args.dtype else {}
+    new = dict(old)
+    if args.batched_dtype:
+        new["dtype"] = args.batched_dtype
+    if args.invariant:
+        new["batch_invariant"] = True
+    plan = [("unbatched", 1, old), ("batched", args.batch_size, new)]
+    if args.check_unbatched:
+        plan.append(("unbatched_same_path", 1, new))
     runs = {}
-    for label, size in (("unbatched", 1), ("batched", args.batch_size)):
-        load = {"dtype": args.dtype} if args.dtype else None
+    for label, size, load in plan:
         runs[label] = run_cases(args.suite, cases, args.model, seed=args.seed, batch_size=size, load_options=load)
         if not args.json:
             print(f"{label:10s} {_rate(runs[label])}", flush=True)
     one, many = _rate(runs["unbatched"]), _rate(runs["batched"])
+    same_path = {}
+    if args.check_unbatched:
+        same_path = {
+            "unbatched_same_path": _rate(runs["unbatched_same_path"]),
+            "same_path_vs_batched": _compare(runs["unbatched_same_path"], runs["batched"]),
+        }
     result = {
         "suite": args.suite,
         "model": args.model,
@@ -83,10 +109,12 @@ def main() -> None:
         "seed": args.seed,
         "batch_size": args.batch_size,
         "dtype": args.dtype or "default",
+        "batched_load_options": new,
         "unbatched": one,
         "batched": many,
         "speedup": round(many["episodes_per_min"] / one["episodes_per_min"], 2),
         **_compare(runs["unbatched"], runs["batched"]),
+        **same_path,
         "torch_threads": torch.get_num_threads(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "machine": f"{platform.machine()} {platform.processor() or ''} python {platform.python_version()}".strip(),

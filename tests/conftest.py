@@ -96,25 +96,29 @@ def one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(threads)
 
 
-def save_tiny_llama(folder: Path, tokenizer: object, seed: int = 0) -> Path:
+def save_tiny_llama(folder: Path, tokenizer: object, seed: int = 0, **overrides: Any) -> Path:
     """A tiny random Llama (hidden 32, 2 layers) for ``tokenizer``, saved with it into ``folder``.
-    ``initializer_range`` 0.3 gives peaked logits: greedy choices far from ties, LoRA moves the loss fast."""
+    ``initializer_range`` 0.3 gives peaked logits: greedy choices far from ties, LoRA moves the loss fast.
+    ``overrides``: other ``LlamaConfig`` values."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tokenizer.save_pretrained(folder)  # type: ignore[attr-defined]
+    settings: dict[str, Any] = {
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 4096,
+        "initializer_range": 0.3,
+    }
     config = LlamaConfig(
         vocab_size=len(tokenizer),  # type: ignore[arg-type]
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        initializer_range=0.3,
         eos_token_id=tokenizer.eos_token_id,  # type: ignore[attr-defined]
         pad_token_id=tokenizer.pad_token_id,  # type: ignore[attr-defined]
         bos_token_id=None,
+        **(settings | overrides),
     )
     torch.manual_seed(seed)
     LlamaForCausalLM(config).save_pretrained(folder)

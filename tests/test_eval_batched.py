@@ -174,12 +174,8 @@ torch = pytest.importorskip("torch")
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Any:
-    """Tiny matmuls on a busy 2-core machine: one torch thread avoids OpenMP spinning."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_thread(one_torch_thread: None) -> None:
+    """The tests below run tiny models: one torch thread (conftest's ``one_torch_thread``)."""
 
 
 @pytest.fixture(scope="module")
@@ -276,6 +272,33 @@ def test_bfloat16_runs_batched_and_keeps_case_order(tiny_spec: str, cases: list[
     many = run_cases("t1", cases[:3], tiny_spec, batch_size=3, load_options={"dtype": "bfloat16"})
     assert [c.episode_id for c in many.cases] == [c.episode.episode_id for c in cases[:3]]
     assert all(r.trace.rounds for r in many.cases)
+
+
+def test_bfloat16_batch_invariant_episodes_equal_unbatched_ones(tiny_spec: str, cases: list[Case]) -> None:
+    """What ``hat eval --dtype bfloat16`` runs: batch-invariant decoding, so episodes decoded three
+    at a time equal episodes decoded one by one, round by round."""
+    load = {"dtype": "bfloat16", "batch_invariant": True}
+    one = run_cases("t1", cases, tiny_spec, batch_size=1, load_options=load)
+    many = run_cases("t1", cases, tiny_spec, batch_size=3, load_options=load)
+    assert _rounds(many) == _rounds(one)
+    assert [c.scores for c in many.cases] == [c.scores for c in one.cases]
+
+
+def test_eval_cli_bfloat16_is_batch_invariant(tiny_spec: str, tmp_path: Any) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from hat.cli.main import app
+
+    runner = CliRunner()
+    args = ["eval", "--suite", "t1", "--model", tiny_spec, "--n", "2", "--seed", "4", "--json", "--out", str(tmp_path)]
+    result = runner.invoke(app, [*args, "--dtype", "bfloat16"])
+    assert result.exit_code == 0, result.output
+    report = next(p for p in tmp_path.glob("t1_*.json") if not p.name.endswith(("_cases.json", ".run.json")))
+    assert json.loads(report.read_text())["options"]["batch_invariant"] is True
+    bad = runner.invoke(app, ["eval", "--suite", "t1", "--model", "oracle", "--n", "2", "--batch-invariant"])
+    assert bad.exit_code == 2 and "local models" in bad.output
 
 
 def test_stopper_matches_stop_strings_on_short_and_long_rows(tiny_spec: str) -> None:

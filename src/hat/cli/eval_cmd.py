@@ -110,8 +110,14 @@ def eval_command(
     dtype: str | None = typer.Option(
         None,
         help="Local models (smollm2, smollm2-hat, hf:): weight dtype, default float32 on CPU. bfloat16 is "
-        "~2x faster on CPUs with AVX-512 BF16, but its greedy outputs differ from float32's and can "
-        "differ between batch sizes.",
+        "~2x faster on CPUs with AVX-512 BF16; its greedy outputs differ from float32's, and it decodes "
+        "batch-invariantly (the same outputs at every --batch-size; see --batch-invariant).",
+    ),
+    batch_invariant: bool | None = typer.Option(
+        None,
+        "--batch-invariant/--no-batch-invariant",
+        help="Local models: fixed-shape kernels so an episode's outputs do not depend on the episodes "
+        "decoded beside it. Default: on for bfloat16/float16, off for float32 (already equal).",
     ),
 ) -> None:
     """Evaluate a model on a suite: per-dimension scores, overall score, per-intent breakdown, worst
@@ -128,8 +134,13 @@ def eval_command(
     from hat.eval.suites import build_cases
 
     _check_options(suite, model, data, hsa, dtype)
+    if batch_invariant and model.partition(":")[0] not in LOCAL_SPECS:
+        fail(f"--batch-invariant applies to local models ({', '.join(LOCAL_SPECS)}), not {model!r}")
+    if batch_invariant is None:
+        batch_invariant = dtype in ("bfloat16", "float16")
+    load = ({"dtype": dtype} if dtype else {}) | ({"batch_invariant": True} if batch_invariant else {})
     if suite in EXTERNAL_SUITES:
-        _external(suite, model, data, n, hsa, out_dir, max_new_tokens, as_json)
+        _external(suite, model, data, n, hsa, out_dir, max_new_tokens, as_json, load)
         return
     try:
         cases = build_cases(suite, n=n, seed=seed, harness=harness, fault_rate=fault_rate)
@@ -138,6 +149,8 @@ def eval_command(
     command = "hat " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     identity = {"suite": suite, "model": model, "seed": seed, "n": n, "harness": harness}
     identity |= {"fault_rate": fault_rate, "dtype": dtype, "cases": _cases_hash(cases)}
+    if batch_invariant:  # a new key only when on: earlier runs' identities (resume) stay valid
+        identity["batch_invariant"] = True
     try:
         log, done = _case_log(out_dir, suite, model, identity, resume)
         progress = StepProgress(f"{suite} · {model}", len(cases), completed=len(done))
@@ -155,9 +168,10 @@ def eval_command(
                 seed=seed,
                 on_case=on_case,
                 options={"fault_rate": fault_rate, "harness": harness, "batch_size": batch_size, "dtype": dtype}
+                | ({"batch_invariant": True} if batch_invariant else {})
                 | ({"resumed_cases": len(done)} if done else {}),
                 batch_size=batch_size,
-                load_options={"dtype": dtype} if dtype else None,
+                load_options=load or None,
                 done=done,
             )
     except HatError as exc:
@@ -260,6 +274,7 @@ def _external(
     out_dir: Path | None,
     max_new_tokens: int,
     as_json: bool,
+    load_options: dict[str, Any],
 ) -> None:
     from hat.eval.external_suites import check_external, run_external
 
@@ -281,6 +296,7 @@ def _external(
                 progress=update,
                 command=command,
                 checked=True,
+                load_options=load_options or None,
             )
     except (HatError, OSError, ValueError) as exc:
         fail(exc, error_exit(exc))

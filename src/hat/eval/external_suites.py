@@ -127,13 +127,15 @@ def run_external(
     max_new_tokens: int = 256,
     command: str = "",
     checked: bool = False,
+    load_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run one external suite; ``n`` limits items (per level/category for RoTBench/BFCL). The
     checks of :func:`check_external` run before the model is loaded (``checked``: the caller
-    has just run them)."""
+    has just run them). ``load_options`` go to :func:`~hat.models.load_model` (a local model's
+    ``dtype``, ``batch_invariant``) and into the summary."""
     if not checked:
         check_external(suite, model_spec, data)
-    model = load_model(model_spec)
+    model = load_model(model_spec, **(load_options or {}))
     start = time.perf_counter()
     score, dims, raw = RUNNERS[suite](model, data or DEFAULT_DATA[suite], n, hsa, progress, max_new_tokens)
     summary = {
@@ -147,6 +149,8 @@ def run_external(
         "data": data or DEFAULT_DATA[suite],
         "command": command,
     }
+    if load_options:
+        summary["load_options"] = dict(load_options)
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         stem = f"{summary['suite']}_{''.join(c if c.isalnum() or c in '-_.' else '_' for c in model_spec)}"

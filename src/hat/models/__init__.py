@@ -27,7 +27,7 @@ issue 15; ``$HAT_ENGINE`` or ``?engine=`` choose another). ``engine=auto``: llam
 adapter merged into the weights (``llamacpp:smollm2-hat``, several
 times faster per token on a CPU) when ``llama_cpp`` imports and the merged GGUF exists or can be
 built; otherwise transformers + PEFT, with one line on stderr saying why. Options that only the
-transformers backend understands (``dtype``, ``device``, ``max_sessions``) also pick it, since the
+transformers backend understands (``dtype``, ``device``, ``max_sessions``, ``batch_invariant``) also pick it, since the
 caller asked for something llama.cpp cannot give. ``engine=llamacpp`` fails instead of falling
 back; ``engine=transformers`` is the old behaviour (what ``hat eval`` results before the fast path
 were measured on). ``speculative=N`` turns on prompt-lookup speculative decoding on either engine.
@@ -172,7 +172,7 @@ def shipped_adapter(name: str) -> Path:
 ENGINES = ("auto", "llamacpp", "transformers")
 DEFAULT_ENGINE = "transformers"
 """The engine ``smollm2-hat`` uses when neither the spec nor ``$HAT_ENGINE`` names one."""
-_TRANSFORMERS_ONLY = ("dtype", "device", "max_sessions")
+_TRANSFORMERS_ONLY = ("dtype", "device", "max_sessions", "batch_invariant")
 
 
 def _hat_options(argument: str) -> tuple[str, dict[str, Any]]:

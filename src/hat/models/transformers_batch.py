@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["BatchRow", "Stopper", "decode_greedy", "prefill", "slice_cache"]
+__all__ = ["BatchRow", "Stopper", "decode_greedy", "decode_invariant", "prefill", "prefill_chunks", "slice_cache"]
 
 
 @dataclass
@@ -46,6 +46,7 @@ class BatchRow:
     first_token_at: float | None = None
     done_at: float | None = None
     kept: Any = None
+    canonical: int = 0  # batch-invariant decoding: leading keys other rows may share (hat.models.invariant)
 
     @property
     def encoded(self) -> int:
@@ -91,6 +92,106 @@ def prefill(model: Any, row: BatchRow, *, cache_kwarg: str) -> None:
         )
     row.new_ids.append(_argmax(out.logits))
     row.first_token_at = time.perf_counter()
+
+
+def prefill_chunks(model: Any, row: BatchRow, *, cache_kwarg: str, chunk: int, pad_id: int) -> None:
+    """:func:`prefill` for batch-invariant decoding (:mod:`hat.models.invariant`): from ``row.cached``
+    on, in chunks of exactly ``chunk`` tokens, the last one padded with ``pad_id`` (its pad keys are
+    cropped). The caller picks ``row.cached``: a chunk boundary for a prefix shared by another row
+    (so the new keys are computed as from scratch), anywhere in the row's own session."""
+    import torch
+
+    device = model.device
+    start = row.cached
+    _crop(row.cache, start)
+    end = len(row.ids)
+    with torch.inference_mode():
+        for at in range(start, end, chunk):
+            real = row.ids[at : at + chunk]
+            tokens = torch.tensor([real + [pad_id] * (chunk - len(real))], device=device)
+            positions = torch.arange(at, at + chunk, device=device).unsqueeze(0)
+            last = torch.tensor([len(real) - 1], device=device)
+            out = model(
+                input_ids=tokens,
+                position_ids=positions,
+                use_cache=True,
+                logits_to_keep=last,
+                **{cache_kwarg: row.cache},
+            )
+    _crop(row.cache, end)
+    row.new_ids.append(_argmax(out.logits))
+    row.first_token_at = time.perf_counter()
+
+
+def _crop(cache: Any, length: int) -> None:
+    """Drop the cache's keys from position ``length`` on (transformers' ``crop`` takes how many to drop)."""
+    held = cache.get_seq_length()
+    if held > length:
+        cache.crop(length - held)
+
+
+def decode_invariant(
+    model: Any, rows: Sequence[BatchRow], stopper: Stopper, *, group: int, new_cache: Callable[[], Any]
+) -> None:
+    """:func:`decode_greedy` for batch-invariant decoding: every forward pass feeds exactly ``group``
+    sequences (live rows, then dummies) and attention runs row by row on per-row buffers
+    (:mod:`hat.models.invariant`). ``row.kept`` (when ``row.keep``) holds the KV of
+    ``(ids + new_ids)[:-1]``, as :func:`decode_greedy` leaves it."""
+    import torch
+
+    active = _finish(rows, stopper)
+    with torch.inference_mode():
+        for start in range(0, len(active), group):
+            _decode_group(model, active[start : start + group], stopper, group, new_cache)
+
+
+def _decode_group(model: Any, rows: list[BatchRow], stopper: Stopper, group: int, new_cache: Callable[[], Any]) -> None:
+    import torch
+
+    from hat.models.invariant import DecodeRows, decoding
+
+    device = model.device
+    n_layers = len(rows[0].cache.layers)
+    keys: list[list[Any]] = [[] for _ in range(n_layers)]
+    values: list[list[Any]] = [[] for _ in range(n_layers)]
+    for row in rows:
+        capacity = len(row.ids) + stopper.max_new_tokens  # the row's own: its buffers' strides depend on it alone
+        for layer, cached in enumerate(row.cache.layers):
+            k, v = cached.keys, cached.values
+            k_buf = torch.zeros((1, k.shape[1], capacity, k.shape[3]), dtype=k.dtype, device=k.device)
+            v_buf = torch.zeros((1, v.shape[1], capacity, v.shape[3]), dtype=v.dtype, device=v.device)
+            k_buf[:, :, : k.shape[2]] = k
+            v_buf[:, :, : v.shape[2]] = v
+            keys[layer].append(k_buf)
+            values[layer].append(v_buf)
+        row.cache = None
+    state = DecodeRows(keys, values, [r.encoded for r in rows])
+    live = list(rows)
+    with decoding(state):
+        while live:
+            pad = group - len(live)
+            tokens = torch.tensor([[r.new_ids[-1]] for r in live] + [[0]] * pad, device=device)
+            positions = torch.tensor([[r.encoded] for r in live] + [[0]] * pad, device=device)
+            out = model(input_ids=tokens, position_ids=positions, use_cache=False, logits_to_keep=1)
+            picks = out.logits[: len(live), -1, :].float().argmax(-1).tolist()
+            state.advance()
+            for row, token in zip(live, picks, strict=True):
+                row.new_ids.append(int(token))
+            done = stopper(live)
+            if any(done):
+                now = time.perf_counter()
+                for i, (row, d) in enumerate(zip(live, done, strict=True)):
+                    if d:
+                        row.done_at = now
+                        if row.keep:
+                            n = row.encoded
+                            held = [
+                                (state.keys[ly][i][:, :, :n], state.values[ly][i][:, :, :n]) for ly in range(n_layers)
+                            ]
+                            row.kept = slice_cache(held, new_cache)
+                keep = [i for i, d in enumerate(done) if not d]
+                state.drop(keep)
+                live = [live[i] for i in keep]
 
 
 def decode_greedy(
