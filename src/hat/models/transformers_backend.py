@@ -91,6 +91,7 @@ from hat.models.invariant import InvariantConfig
 from hat.models.transformers_batch import (
     BatchRow,
     Stopper,
+    crop_to,
     decode_greedy,
     decode_invariant,
     prefill,
@@ -678,23 +679,37 @@ class TransformersModel(ModelBackend):
         """A cache holding the longest prefix of ``ids`` found in the row's own session (taken, cropped),
         another kept session or an earlier row of the batch (copied); ties go to the row's own session."""
         own = self._sessions.pop(key, None) if key is not None else None
-        sources = [] if own is None else [(own.ids, own.cache)]
-        sources += [(s.ids, s.cache) for s in reversed(self._sessions.values())]
-        sources += [(r.ids, r.cache) for r in reversed(earlier)]
-        best, best_n = None, 0
-        for source_ids, cache in sources:
-            n = min(_common_prefix(source_ids, ids), len(ids) - 1)
-            if n > best_n:
-                best, best_n = cache, n
+        best, n = self._longest_prefix(ids, own, earlier, lambda n, _canonical: n)
         if best is None:
             return self._new_cache(), 0
         if own is not None and best is own.cache:
-            held = best.get_seq_length()
-            if best_n < held:
-                best.crop(best_n - held)
-            return best, best_n
-        layers = [(layer.keys[:, :, :best_n], layer.values[:, :, :best_n]) for layer in best.layers]
-        return slice_cache(layers, self._new_cache), best_n
+            crop_to(best, n)
+            return best, n
+        return self._copy_prefix(best, n), n
+
+    def _longest_prefix(
+        self,
+        ids: list[int],
+        own: _Session | None,
+        earlier: list[BatchRow],
+        usable: Callable[[int, int | None], int],
+    ) -> tuple[Any, int]:
+        """The cache sharing the longest usable prefix with ``ids`` - the row's own session first (it
+        wins ties), then kept sessions, newest first, then earlier rows of the batch - and that length.
+        ``usable(n, canonical)``: how much of a shared prefix of ``n`` tokens may be reused (at most
+        ``len(ids) - 1``: generation needs one token to encode)."""
+        sources = [] if own is None else [(own.ids, own.cache, own.canonical)]
+        sources += [(s.ids, s.cache, s.canonical) for s in reversed(self._sessions.values())]
+        sources += [(r.ids, r.cache, r.canonical) for r in reversed(earlier)]
+        best, best_n = None, 0
+        for source_ids, cache, canonical in sources:
+            n = usable(min(_common_prefix(source_ids, ids), len(ids) - 1), canonical)
+            if n > best_n:
+                best, best_n = cache, n
+        return best, best_n
+
+    def _copy_prefix(self, cache: Any, n: int) -> Any:
+        return slice_cache([(layer.keys[:, :, :n], layer.values[:, :, :n]) for layer in cache.layers], self._new_cache)
 
     def _invariant_prefix(self, ids: list[int], key: str | None, earlier: list[BatchRow]) -> tuple[Any, int, int]:
         """:meth:`_prefix_cache` for batch-invariant decoding: ``(cache, cached, canonical)``.
@@ -716,25 +731,15 @@ class TransformersModel(ModelBackend):
         if own is not None and own.canonical is not None:
             n = min(_common_prefix(own.ids, ids), len(ids) - 1)
             if n > own.canonical:
-                held = own.cache.get_seq_length()
-                if n < held:
-                    own.cache.crop(n - held)
+                crop_to(own.cache, n)
                 return own.cache, n, own.canonical
-        sources = [] if own is None else [(own.ids, own.cache, own.canonical)]
-        sources += [(s.ids, s.cache, s.canonical) for s in reversed(self._sessions.values())]
-        sources += [(r.ids, r.cache, r.canonical) for r in reversed(earlier)]
-        best, best_n = None, 0
-        for source_ids, cache, canonical in sources:
-            n = min(_common_prefix(source_ids, ids), len(ids) - 1)
-            if canonical is not None:
-                n = min(n, canonical)
-            n = aligned(n, self.invariant.chunk)
-            if n > best_n:
-                best, best_n = cache, n
+        chunk = self.invariant.chunk
+        best, n = self._longest_prefix(
+            ids, own, earlier, lambda n, canonical: aligned(n if canonical is None else min(n, canonical), chunk)
+        )
         if best is None:
             return self._new_cache(), 0, len(ids)
-        layers = [(layer.keys[:, :, :best_n], layer.values[:, :, :best_n]) for layer in best.layers]
-        return slice_cache(layers, self._new_cache), best_n, len(ids)
+        return self._copy_prefix(best, n), n, len(ids)
 
     def _result(
         self,

@@ -29,7 +29,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["BatchRow", "Stopper", "decode_greedy", "decode_invariant", "prefill", "prefill_chunks", "slice_cache"]
+__all__ = [
+    "BatchRow",
+    "Stopper",
+    "crop_to",
+    "decode_greedy",
+    "decode_invariant",
+    "prefill",
+    "prefill_chunks",
+    "slice_cache",
+]
 
 
 @dataclass
@@ -103,7 +112,7 @@ def prefill_chunks(model: Any, row: BatchRow, *, cache_kwarg: str, chunk: int, p
 
     device = model.device
     start = row.cached
-    _crop(row.cache, start)
+    crop_to(row.cache, start)
     end = len(row.ids)
     with torch.inference_mode():
         for at in range(start, end, chunk):
@@ -118,12 +127,12 @@ def prefill_chunks(model: Any, row: BatchRow, *, cache_kwarg: str, chunk: int, p
                 logits_to_keep=last,
                 **{cache_kwarg: row.cache},
             )
-    _crop(row.cache, end)
+    crop_to(row.cache, end)
     row.new_ids.append(_argmax(out.logits))
     row.first_token_at = time.perf_counter()
 
 
-def _crop(cache: Any, length: int) -> None:
+def crop_to(cache: Any, length: int) -> None:
     """Drop the cache's keys from position ``length`` on (transformers' ``crop`` takes how many to drop)."""
     held = cache.get_seq_length()
     if held > length:
