@@ -4,12 +4,13 @@ same attention as transformers' SDPA path (float32, within rounding)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from hat.models.base import GenerationConfig
+from hat.models.base import Generation, GenerationConfig
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -167,3 +168,102 @@ def test_float32_invariant_path_agrees_with_plain_greedy(flat_llama: Path) -> No
     inv = TransformersModel.from_pretrained(flat_llama, batch_invariant=InvariantConfig(rows=4, chunk=16))
     same = sum(plain.generate(c, config).text == inv.generate(c, config).text for c in chats)
     assert same >= 3
+
+
+# -- continuous batching: rows join and leave a running decode ----------------------------------
+
+
+def _conversations(n: int, rounds: int) -> dict[int, list[list[dict[str, str]]]]:
+    """Per tag, the user turns of a multi-round conversation (replies are filled in as they come)."""
+    later = [[{"role": "user", "content": f"round {r}: and item {{}}?"}] for r in range(1, rounds)]
+    return {
+        i: [c, *[[{"role": "user", "content": t[0]["content"].format(i + r)}] for r, t in enumerate(later, 1)]]
+        for i, c in enumerate(_chats(n))
+    }
+
+
+def _converse(model: Any, turns: list[list[dict[str, str]]], configs: list[GenerationConfig], key: str) -> list[str]:
+    """Run one conversation round by round through ``model.generate`` (each round extends the last)."""
+    messages: list[dict[str, str]] = []
+    texts = []
+    for turn, config in zip(turns, configs, strict=True):
+        messages = [*messages, *turn]
+        reply = model.generate(messages, config, cache_key=key).text
+        texts.append(reply)
+        messages = [*messages, {"role": "assistant", "content": reply}]
+    return texts
+
+
+def test_continuous_batching_equals_each_conversation_alone(flat_llama: Path) -> None:
+    """Worker threads with uneven pauses and reply budgets: later rounds join a decode that is
+    already running (checked), and every round's text equals the conversation run alone."""
+    import random
+    import threading
+
+    from hat.models.batching import BatchingModel
+
+    convs = _conversations(6, rounds=3)
+    budgets = {i: [GenerationConfig(max_new_tokens=4 + 7 * ((i + r) % 3)) for r in range(3)] for i in convs}
+    alone = {i: _converse(_load(flat_llama), convs[i], budgets[i], "solo") for i in convs}
+
+    model = _load(flat_llama)
+    engine_adds: list[int] = []
+    with BatchingModel(model, workers=5) as batcher:
+        engine = batcher.engine
+        assert engine is not None and engine.slots.group == 4
+        add = engine.add
+        engine.add = lambda *a, **kw: (engine_adds.append(len(engine.slots.rows)), add(*a, **kw))[1]
+        out: dict[int, list[str]] = {}
+        rng = random.Random(3)
+        pauses = {i: [rng.uniform(0, 0.02) for _ in range(3)] for i in convs}
+        tags = list(convs)
+
+        def work() -> None:
+            try:
+                while tags:
+                    tag = tags.pop(0)
+                    with batcher.tagged(tag):
+                        messages: list[dict[str, str]] = []
+                        for turn, config, pause in zip(convs[tag], budgets[tag], pauses[tag], strict=True):
+                            time.sleep(pause)
+                            messages = [*messages, *turn]
+                            reply = batcher.generate(messages, config, cache_key="ep").text
+                            out.setdefault(tag, []).append(reply)
+                            messages = [*messages, {"role": "assistant", "content": reply}]
+            finally:
+                batcher.retire()
+
+        threads = [threading.Thread(target=work) for _ in range(5)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+            assert not thread.is_alive()
+    assert out == alone
+    assert any(n > 0 for n in engine_adds)  # some rounds joined rows that were mid-decode
+    assert max(engine_adds) < 4  # never more rows than slots
+    assert engine.slots.steps > 0 and engine.slots.row_steps / engine.slots.steps > 1
+
+
+def test_continuous_engine_hands_back_errors_and_sampling_runs_alone(flat_llama: Path) -> None:
+    from hat.errors import ModelError
+    from hat.models.batching import BatchingModel
+
+    model = _load(flat_llama)
+    engine = model.continuous()
+    assert engine is not None
+    job = engine.add(_chats(1)[0], GenerationConfig(max_new_tokens=1))  # done at prefill: no step needed
+    assert engine.live == 1
+    ((handed, generation),) = engine.step()
+    assert handed is job and isinstance(generation, Generation) and generation.completion_tokens == 1
+    bad = engine.add([{"role": "user", "content": "x"}] * 0, GenerationConfig(max_new_tokens=4))
+    ((handed, error),) = engine.step()
+    assert handed is bad and isinstance(error, ModelError)
+    with pytest.raises(ModelError, match="greedily"):
+        engine.add(_chats(1)[0], GenerationConfig(max_new_tokens=4, temperature=0.7))
+    with BatchingModel(model, workers=1) as batcher, batcher.tagged(0):
+        sampled = batcher.generate(_chats(1)[0], GenerationConfig(max_new_tokens=4, temperature=0.7, seed=1))
+    assert sampled.completion_tokens > 0
+    from hat.models import TransformersModel
+
+    assert TransformersModel.from_pretrained(flat_llama).continuous() is None

@@ -14,6 +14,14 @@ thread timing, and requests are ordered by their tag (the case index), so a batc
 repeatable. Per-conversation KV caches are kept under ``<cache_key>#<tag>``, so each episode's
 rounds reuse its own cache (the inner model is asked to hold one session per worker).
 
+**Continuous batching.** When the inner model offers a step engine (``inner.continuous()``, e.g.
+a batch-invariant :class:`~hat.models.TransformersModel`), the scheduler does not wait for every
+worker: it adds each request as soon as it arrives and a decode slot is free, runs one decode step
+at a time, and hands each request back the step it finishes, so an episode's next round joins the
+running decode instead of waiting for the longest reply of the round. That is only allowed because
+such an engine's results do not depend on which rows decode together; a run is then repeatable
+although batches depend on thread timing.
+
 Liveness: a worker that finishes (or raises) calls :meth:`BatchingModel.retire`, which the
 scheduler counts, so it never waits for a thread that will not ask again. If the batched call
 fails, each request is retried alone through the inner ``generate``, so one bad conversation fails
@@ -78,7 +86,10 @@ class BatchingModel(ModelBackend):
         reserve = getattr(inner, "reserve_sessions", None)
         if callable(reserve):
             reserve(2 * workers)  # one per case in flight, plus as many finished ones to share prefixes
-        self._thread = threading.Thread(target=self._schedule, name=f"hat-batch-{self.name}", daemon=True)
+        continuous = getattr(inner, "continuous", None)
+        self.engine: Any = continuous() if callable(continuous) else None
+        target = self._schedule if self.engine is None else self._schedule_continuous
+        self._thread = threading.Thread(target=target, name=f"hat-batch-{self.name}", daemon=True)
         self._thread.start()
 
     def __enter__(self) -> BatchingModel:
@@ -158,6 +169,44 @@ class BatchingModel(ModelBackend):
             self._run(batch)
             with self._cond:
                 for request in batch:
+                    request.done = True
+                self._cond.notify_all()
+
+    def _schedule_continuous(self) -> None:
+        engine = self.engine
+        active: dict[Any, _Request] = {}
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._closed or bool(self._pending) or bool(active))
+                if self._closed:
+                    for request in [*self._pending, *active.values()]:
+                        request.error = ModelError(f"{self.name}: the batching scheduler is closed")
+                        request.done = True
+                    self._pending.clear()
+                    self._cond.notify_all()
+                    return
+                arrived = sorted(self._pending, key=lambda r: r.tag)[: engine.free]
+                for request in arrived:
+                    self._pending.remove(request)
+            if arrived:
+                self.batches.append(len(arrived))
+            for request in arrived:
+                key = None if request.cache_key is None else f"{request.cache_key}#{request.tag}"
+                try:
+                    active[engine.add(request.messages, request.config, key)] = request
+                except Exception:  # not a greedy config: this request runs alone
+                    self._run_alone([request], request.config, [key])
+                    with self._cond:
+                        request.done = True
+                        self._cond.notify_all()
+            finished = engine.step()
+            with self._cond:
+                for job, outcome in finished:
+                    request = active.pop(job)
+                    if isinstance(outcome, BaseException):
+                        request.error = outcome
+                    else:
+                        request.result = outcome
                     request.done = True
                 self._cond.notify_all()
 

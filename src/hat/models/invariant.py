@@ -77,6 +77,13 @@ class DecodeRows:
     def advance(self) -> None:
         self.lengths = [n + 1 for n in self.lengths]
 
+    def join(self, keys: list[Any], values: list[Any], length: int) -> None:
+        """Add a row: its per-layer buffers and how many tokens they hold."""
+        for layer, (k, v) in enumerate(zip(keys, values, strict=True)):
+            self.keys[layer].append(k)
+            self.values[layer].append(v)
+        self.lengths.append(length)
+
     def drop(self, keep: list[int]) -> None:
         """Keep only the rows ``keep`` (indices into the current rows), in that order."""
         self.keys = [[layer[i] for i in keep] for layer in self.keys]

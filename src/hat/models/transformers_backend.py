@@ -30,7 +30,9 @@ Design decisions:
   :mod:`hat.models.invariant`): fixed-shape forward passes (a fixed number of decode rows, row-by-row
   attention, prefill in fixed chunks, sessions of prefill keys only), so in bfloat16 too a
   conversation decodes to the same tokens alone as in any batch; ``generate`` then runs as a batch
-  of one. ``stream`` and sampling keep the plain path.
+  of one. ``stream`` and sampling keep the plain path. Such a model also offers
+  :meth:`TransformersModel.continuous`, a :class:`ContinuousEngine` that conversations join and leave
+  between decode steps (continuous batching; :class:`~hat.models.batching.BatchingModel` uses it).
 - **Speculative decoding** (``speculative=N``): transformers' prompt-lookup decoding
   (``generate(prompt_lookup_num_tokens=N)``): up to N tokens copied from where the last tokens
   occur earlier in the context, verified in one forward pass; greedy output equals plain greedy
@@ -90,6 +92,7 @@ from hat.models.base import Finish, Generation, GenerationConfig, Message, Model
 from hat.models.invariant import InvariantConfig
 from hat.models.transformers_batch import (
     BatchRow,
+    InvariantSlots,
     Stopper,
     crop_to,
     decode_greedy,
@@ -101,6 +104,7 @@ from hat.models.transformers_batch import (
 
 __all__ = [
     "SMOLLM2_GGUF",
+    "ContinuousEngine",
     "TransformersModel",
     "guard_user_turns",
     "is_markup_token",
@@ -544,18 +548,26 @@ class TransformersModel(ModelBackend):
             except Exception as exc:
                 raise ModelError(f"{self.name}: batch generation failed ({type(exc).__name__}: {exc})") from exc
             for key, row in zip(keys, rows, strict=True):
-                if key is not None and row.kept is not None:
-                    canonical = row.canonical if self.invariant is not None else None
-                    self._sessions[key] = _Session((row.ids + row.new_ids)[: row.encoded], row.kept, canonical)
-                    self._sessions.move_to_end(key)
+                self._keep_row(key, row)
             self._trim_sessions(keep=sum(k is not None for k in keys))
-        return [
-            replace(
-                cut_generation(self._result(r.ids, r.new_ids, config, r.cached, start, r.first_token_at), config.stop),
-                latency_s=(r.done_at or time.perf_counter()) - start,
-            )
-            for r in rows
-        ]
+        return [self._row_generation(r, config, start) for r in rows]
+
+    def continuous(self) -> ContinuousEngine | None:
+        """A step engine for continuous batching (:class:`ContinuousEngine`), when decoding is
+        batch-invariant: only then may rows join and leave a running decode without changing any
+        result. ``None`` otherwise (callers batch whole rounds with :meth:`generate_batch`)."""
+        return ContinuousEngine(self) if self.invariant is not None else None
+
+    def _keep_row(self, key: str | None, row: BatchRow) -> None:
+        """Keep a finished row's cache as the session ``key``."""
+        if key is not None and row.kept is not None:
+            canonical = row.canonical if self.invariant is not None else None
+            self._sessions[key] = _Session((row.ids + row.new_ids)[: row.encoded], row.kept, canonical)
+            self._sessions.move_to_end(key)
+
+    def _row_generation(self, row: BatchRow, config: GenerationConfig, start: float) -> Generation:
+        result = self._result(row.ids, row.new_ids, config, row.cached, start, row.first_token_at)
+        return replace(cut_generation(result, config.stop), latency_s=(row.done_at or time.perf_counter()) - start)
 
     def reserve_sessions(self, n: int) -> None:
         """Keep at least ``n`` KV-cache sessions (a batching caller holds one per conversation in flight)."""
@@ -663,17 +675,22 @@ class TransformersModel(ModelBackend):
         rows: list[BatchRow] = []
         for ids, key in zip(encoded, keys, strict=True):
             if self.invariant is not None:
-                cache, cached, canonical = self._invariant_prefix(ids, key, rows)
-                row = BatchRow(ids, cache, cached, keep=key is not None, canonical=canonical)
-                prefill_chunks(
-                    self.model, row, cache_kwarg=self._cache_kwarg, chunk=self.invariant.chunk, pad_id=self._pad or 0
-                )
+                row = self._prefill_invariant(ids, key, rows)
             else:
                 cache, cached = self._prefix_cache(ids, key, rows)
                 row = BatchRow(ids, cache, cached, keep=key is not None)
                 prefill(self.model, row, cache_kwarg=self._cache_kwarg)
             rows.append(row)
         return rows
+
+    def _prefill_invariant(self, ids: list[int], key: str | None, earlier: list[BatchRow]) -> BatchRow:
+        assert self.invariant is not None
+        cache, cached, canonical = self._invariant_prefix(ids, key, earlier)
+        row = BatchRow(ids, cache, cached, keep=key is not None, canonical=canonical)
+        prefill_chunks(
+            self.model, row, cache_kwarg=self._cache_kwarg, chunk=self.invariant.chunk, pad_id=self._pad or 0
+        )
+        return row
 
     def _prefix_cache(self, ids: list[int], key: str | None, earlier: list[BatchRow]) -> tuple[Any, int]:
         """A cache holding the longest prefix of ``ids`` found in the row's own session (taken, cropped),
@@ -846,6 +863,94 @@ class TransformersModel(ModelBackend):
             return transformers.DynamicCache(config=self.model.config)
         except TypeError:
             return transformers.DynamicCache()
+
+
+@dataclass(eq=False)
+class Job:
+    """One conversation in a :class:`ContinuousEngine`: what :meth:`ContinuousEngine.add` returns and
+    :meth:`ContinuousEngine.step` hands back with its :class:`Generation` (or error)."""
+
+    row: BatchRow
+    config: GenerationConfig
+    key: str | None
+    start: float
+
+
+class ContinuousEngine:
+    """Continuous batching on a batch-invariant :class:`TransformersModel` (vLLM's scheduling idea,
+    on this backend's invariant decoder, :class:`~hat.models.transformers_batch.InvariantSlots`).
+
+    A conversation is :meth:`add`-ed whenever it arrives: it is encoded at once (chunked prefill
+    from the longest prefix it may share: its own session, a kept one, or a row still decoding) and
+    takes a free decode slot; :meth:`step` runs one decode step for every slot and returns the
+    conversations that finished, whose sessions are kept like :meth:`TransformersModel.generate_batch`
+    keeps them. Because every forward pass has the row's own shapes (:mod:`hat.models.invariant`),
+    each result is the one :meth:`TransformersModel.generate` gives that conversation alone, however
+    conversations come and go. Not thread-safe: one scheduler thread drives it."""
+
+    def __init__(self, model: TransformersModel) -> None:
+        assert model.invariant is not None
+        self.model = model
+        self.slots = InvariantSlots(model.model, model.invariant.rows, model._new_cache)
+        self._jobs: dict[int, Job] = {}  # id(row) -> job, for the rows in the slots
+        self._ready: list[tuple[Job, Generation | BaseException]] = []  # done without a decode step
+
+    @property
+    def free(self) -> int:
+        """Conversations that may be added now."""
+        return self.slots.free
+
+    @property
+    def live(self) -> int:
+        """Conversations added and not yet handed back."""
+        return len(self.slots.rows) + len(self._ready)
+
+    def add(self, messages: Sequence[Message], config: GenerationConfig, cache_key: str | None = None) -> Job:
+        """Encode a conversation and give it a decode slot (``free`` must be > 0). A failure is handed
+        back by the next :meth:`step` as this job's error."""
+        owner, start = self.model, time.perf_counter()
+        if not owner._batchable(config):
+            raise ModelError(f"{owner.name}: continuous batching decodes greedily only")
+        if not self.free:
+            raise ModelError(f"{owner.name}: no free decode slot")
+        stopper = owner._stopper(config)
+        job = Job(BatchRow([], None, 0), config, cache_key, start)
+        try:
+            ids = owner._encode(messages)
+            with owner._lock:
+                job.row = owner._prefill_invariant(ids, cache_key, self.slots.rows)
+                if stopper([job.row])[0]:
+                    job.row.done_at = time.perf_counter()
+                    job.row.kept, job.row.cache = (job.row.cache if job.row.keep else None), None
+                    self._ready.append((job, self._finish(job)))
+                else:
+                    self.slots.join(job.row, stopper)
+                    self._jobs[id(job.row)] = job
+        except Exception as exc:
+            error = exc if isinstance(exc, ModelError) else ModelError(f"{owner.name}: prefill failed ({exc!r})")
+            self._ready.append((job, error))
+        return job
+
+    def step(self) -> list[tuple[Job, Generation | BaseException]]:
+        """One decode step; the jobs that finished (a failed step fails every job in the slots)."""
+        out, self._ready = self._ready, []
+        if not self.slots.rows:
+            return out
+        try:
+            with self.model._lock:
+                finished = self.slots.step()
+                return out + [(job, self._finish(job)) for job in (self._jobs.pop(id(r)) for r in finished)]
+        except Exception as exc:
+            error = ModelError(f"{self.model.name}: batch generation failed ({type(exc).__name__}: {exc})")
+            failed = [(job, error) for job in self._jobs.values()]
+            self._jobs.clear()
+            self.slots = InvariantSlots(self.model.model, self.slots.group, self.model._new_cache)
+            return out + failed
+
+    def _finish(self, job: Job) -> Generation:
+        self.model._keep_row(job.key, job.row)
+        self.model._trim_sessions()
+        return self.model._row_generation(job.row, job.config, job.start)
 
 
 # generation_config fields that make ``generate(do_sample=False)`` more than an argmax (logits

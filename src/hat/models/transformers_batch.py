@@ -31,6 +31,7 @@ from typing import Any
 
 __all__ = [
     "BatchRow",
+    "InvariantSlots",
     "Stopper",
     "crop_to",
     "decode_greedy",
@@ -144,63 +145,128 @@ def decode_invariant(
 ) -> None:
     """:func:`decode_greedy` for batch-invariant decoding: every forward pass feeds exactly ``group``
     sequences (live rows, then dummies) and attention runs row by row on per-row buffers
-    (:mod:`hat.models.invariant`). ``row.kept`` (when ``row.keep``) holds the KV of
+    (:mod:`hat.models.invariant`). More than ``group`` rows are decoded continuously: a waiting row
+    takes the slot of one that stopped. ``row.kept`` (when ``row.keep``) holds the KV of
     ``(ids + new_ids)[:-1]``, as :func:`decode_greedy` leaves it."""
-    import torch
+    waiting = list(reversed(_finish(rows, stopper)))
+    slots = InvariantSlots(model, group, new_cache)
+    while waiting or slots.rows:
+        while waiting and slots.free:
+            slots.join(waiting.pop(), stopper)
+        slots.step()
 
-    active = _finish(rows, stopper)
-    with torch.inference_mode():
-        for start in range(0, len(active), group):
-            _decode_group(model, active[start : start + group], stopper, group, new_cache)
+
+class _BufferView:
+    """A row's per-layer KV buffers seen as a cache (``layers[i].keys/values``), so a prefill may
+    copy another row's prefix from them while that row is still decoding."""
+
+    def __init__(self, keys: list[Any], values: list[Any]) -> None:
+        self.layers = [_Layer(k, v) for k, v in zip(keys, values, strict=True)]
 
 
-def _decode_group(model: Any, rows: list[BatchRow], stopper: Stopper, group: int, new_cache: Callable[[], Any]) -> None:
-    import torch
+@dataclass
+class _Layer:
+    keys: Any
+    values: Any
 
-    from hat.models.invariant import DecodeRows, decoding
 
-    device = model.device
-    n_layers = len(rows[0].cache.layers)
-    keys: list[list[Any]] = [[] for _ in range(n_layers)]
-    values: list[list[Any]] = [[] for _ in range(n_layers)]
-    for row in rows:
-        capacity = len(row.ids) + stopper.max_new_tokens  # the row's own: its buffers' strides depend on it alone
-        for layer, cached in enumerate(row.cache.layers):
-            k, v = cached.keys, cached.values
-            k_buf = torch.zeros((1, k.shape[1], capacity, k.shape[3]), dtype=k.dtype, device=k.device)
-            v_buf = torch.zeros((1, v.shape[1], capacity, v.shape[3]), dtype=v.dtype, device=v.device)
-            k_buf[:, :, : k.shape[2]] = k
-            v_buf[:, :, : v.shape[2]] = v
-            keys[layer].append(k_buf)
-            values[layer].append(v_buf)
-        row.cache = None
-    state = DecodeRows(keys, values, [r.encoded for r in rows])
-    live = list(rows)
-    with decoding(state):
-        while live:
-            pad = group - len(live)
-            tokens = torch.tensor([[r.new_ids[-1]] for r in live] + [[0]] * pad, device=device)
-            positions = torch.tensor([[r.encoded] for r in live] + [[0]] * pad, device=device)
-            out = model(input_ids=tokens, position_ids=positions, use_cache=False, logits_to_keep=1)
+class InvariantSlots:
+    """The decode slots of batch-invariant decoding, which rows join and leave between steps
+    (continuous batching: a row's numbers do not depend on its neighbours, so who decodes beside
+    whom may change at every step without changing any result).
+
+    :meth:`join` moves a prefilled row's KV into buffers of its own (capacity: its prompt plus its
+    stopper's budget, so their strides depend on the row alone); :meth:`step` runs one forward pass
+    of exactly ``group`` sequences (live rows, then dummies), appends each live row's greedy token
+    and returns the rows that stopped (``done_at`` set, ``kept`` filled when ``keep``). While a row
+    decodes, ``row.cache`` is a view of its buffers, so a new row may share its prefix."""
+
+    def __init__(self, model: Any, group: int, new_cache: Callable[[], Any]) -> None:
+        self.model, self.group, self.new_cache = model, group, new_cache
+        self.rows: list[BatchRow] = []
+        self.stoppers: list[Stopper] = []
+        self.state: Any = None  # hat.models.invariant.DecodeRows, built at the first join
+        self.steps = 0  # forward passes run
+        self.row_steps = 0  # live rows summed over them (row_steps / steps: how full the slots were)
+
+    @property
+    def free(self) -> int:
+        return self.group - len(self.rows)
+
+    def join(self, row: BatchRow, stopper: Stopper) -> None:
+        """Add a prefilled row that is not done (see :func:`_finish`)."""
+        import torch
+
+        from hat.models.invariant import DecodeRows
+
+        if not self.free:
+            raise RuntimeError("every decode slot is taken")
+        capacity = len(row.ids) + stopper.max_new_tokens
+        keys, values = [], []
+        with torch.inference_mode():
+            for cached in row.cache.layers:
+                k, v = cached.keys, cached.values
+                k_buf = torch.zeros((1, k.shape[1], capacity, k.shape[3]), dtype=k.dtype, device=k.device)
+                v_buf = torch.zeros((1, v.shape[1], capacity, v.shape[3]), dtype=v.dtype, device=v.device)
+                k_buf[:, :, : k.shape[2]] = k
+                v_buf[:, :, : v.shape[2]] = v
+                keys.append(k_buf)
+                values.append(v_buf)
+        if self.state is None:
+            self.state = DecodeRows([[] for _ in keys], [[] for _ in values], [])
+        self.state.join(keys, values, row.encoded)
+        row.cache = _BufferView(keys, values)
+        self.rows.append(row)
+        self.stoppers.append(stopper)
+
+    def step(self) -> list[BatchRow]:
+        """One decode step of every live row; returns the rows that stopped (removed from the slots)."""
+        import torch
+
+        from hat.models.invariant import decoding
+
+        if not self.rows:
+            return []
+        live, device = self.rows, self.model.device
+        pad = self.group - len(live)
+        tokens = torch.tensor([[r.new_ids[-1]] for r in live] + [[0]] * pad, device=device)
+        positions = torch.tensor([[r.encoded] for r in live] + [[0]] * pad, device=device)
+        with torch.inference_mode(), decoding(self.state):
+            out = self.model(input_ids=tokens, position_ids=positions, use_cache=False, logits_to_keep=1)
             picks = out.logits[: len(live), -1, :].float().argmax(-1).tolist()
-            state.advance()
-            for row, token in zip(live, picks, strict=True):
-                row.new_ids.append(int(token))
-            done = stopper(live)
-            if any(done):
-                now = time.perf_counter()
-                for i, (row, d) in enumerate(zip(live, done, strict=True)):
-                    if d:
-                        row.done_at = now
-                        if row.keep:
-                            n = row.encoded
-                            held = [
-                                (state.keys[ly][i][:, :, :n], state.values[ly][i][:, :, :n]) for ly in range(n_layers)
-                            ]
-                            row.kept = slice_cache(held, new_cache)
-                keep = [i for i, d in enumerate(done) if not d]
-                state.drop(keep)
-                live = [live[i] for i in keep]
+        self.state.advance()
+        self.steps += 1
+        self.row_steps += len(live)
+        for row, token in zip(live, picks, strict=True):
+            row.new_ids.append(int(token))
+        done = self._done()
+        if not any(done):
+            return []
+        now = time.perf_counter()
+        finished = []
+        for row, stop in zip(live, done, strict=True):
+            if stop:
+                row.done_at = now
+                if row.keep:
+                    n = row.encoded
+                    view = row.cache.layers
+                    row.kept = slice_cache([(ly.keys[:, :, :n], ly.values[:, :, :n]) for ly in view], self.new_cache)
+                row.cache = None
+                finished.append(row)
+        keep = [i for i, stop in enumerate(done) if not stop]
+        self.state.drop(keep)
+        self.rows = [live[i] for i in keep]
+        self.stoppers = [self.stoppers[i] for i in keep]
+        return finished
+
+    def _done(self) -> list[bool]:
+        """Each row's stopper on it (rows sharing a stopper are checked in one call)."""
+        done = [False] * len(self.rows)
+        for stopper in {id(s): s for s in self.stoppers}.values():
+            index = [i for i, s in enumerate(self.stoppers) if s is stopper]
+            for i, stop in zip(index, stopper([self.rows[i] for i in index]), strict=True):
+                done[i] = stop
+        return done
 
 
 def decode_greedy(
