@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import platform
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,8 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print only the JSON result")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON result here")
     args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    logging.getLogger("hat.eval").setLevel(logging.INFO)  # decode-slot fill of continuous batching
     import torch
 
     if args.threads:

@@ -31,6 +31,7 @@ resume that does not match it is refused. Summaries are written last, atomically
 from __future__ import annotations
 
 import json
+import logging
 import os
 import queue
 import statistics
@@ -58,6 +59,8 @@ from hat.models.base import Model
 from hat.models.batching import BatchingModel, supports_batching
 
 __all__ = ["TASK_DIMS", "CaseLog", "CaseResult", "SuiteResult", "run_cases", "write_atomic"]
+
+_LOG = logging.getLogger("hat.eval")
 
 TASK_DIMS = ("accuracy", "effectiveness", "tool_rationality", "skill_selection")
 
@@ -304,9 +307,22 @@ def _run_parallel(
         raise
     if batcher is not None:
         batcher.close()
+        _log_decode(batcher)
     for thread in threads:
         thread.join()
     return results
+
+
+def _log_decode(batcher: BatchingModel) -> None:
+    """How full continuous batching kept the decode slots (INFO on ``hat.eval``)."""
+    slots = getattr(batcher.engine, "slots", None)
+    if slots is not None and slots.steps:
+        _LOG.info(
+            "continuous batching: %d decode steps, %.1f live rows per step of %d",
+            slots.steps,
+            slots.row_steps / slots.steps,
+            slots.group,
+        )
 
 
 def _collect(
