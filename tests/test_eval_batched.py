@@ -266,6 +266,40 @@ def test_eval_cli_batch_size_and_dtype(tiny_spec: str, tmp_path: Any) -> None:
     assert bad.exit_code == 2 and "local models" in bad.output
 
 
+@pytest.mark.parametrize("bf16_cpu", [True, False])
+def test_eval_cli_default_dtype_follows_the_cpu(
+    tiny_spec: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch, bf16_cpu: bool
+) -> None:
+    """``--dtype auto`` (the default): bfloat16, batch-invariant, one engine of 16 rows per core on a
+    CPU with native bf16; float32 and 16 episodes in flight elsewhere."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from hat.cli.main import app
+
+    monkeypatch.setattr("hat.cpu.cpu_supports_bf16", lambda: bf16_cpu)
+    monkeypatch.setattr("hat.cpu.usable_cores", lambda: 2)
+    args = ["eval", "--suite", "t1", "--model", tiny_spec, "--n", "40", "--seed", "4", "--json", "--out", str(tmp_path)]
+    monkeypatch.setattr("hat.eval.runner.run_cases", _options_only)
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    report = next(p for p in tmp_path.glob("t1_*.json") if not p.name.endswith(("_cases.json", ".run.json")))
+    options = json.loads(report.read_text())["options"]
+    if bf16_cpu:
+        assert options["dtype"] == "bfloat16" and options["batch_invariant"] is True
+        assert options["batch_size"] == 32  # 16 decode rows x 2 cores
+    else:
+        assert options["dtype"] is None and "batch_invariant" not in options and options["batch_size"] == 16
+
+
+def _options_only(suite: str, cases: list[Case], model: str, **kw: Any) -> Any:
+    """``run_cases`` that runs nothing: what the CLI asked for, with no case judged."""
+    from hat.eval.runner import SuiteResult
+
+    return SuiteResult(suite, model, len(cases), kw["seed"], options=kw["options"] | {"load": kw["load_options"]})
+
+
 def test_bfloat16_runs_batched_and_keeps_case_order(tiny_spec: str, cases: list[Case]) -> None:
     """bf16 is not bit-exact between batched and unbatched shapes (rounding differs with the matmul
     shape, and a greedy tie can flip), so only the float32 path is held to identical outputs."""

@@ -194,9 +194,11 @@ def _converse(model: Any, turns: list[list[dict[str, str]]], configs: list[Gener
     return texts
 
 
-def test_continuous_batching_equals_each_conversation_alone(flat_llama: Path) -> None:
-    """Worker threads with uneven pauses and reply budgets: later rounds join a decode that is
-    already running (checked), and every round's text equals the conversation run alone."""
+@pytest.mark.parametrize("engines", [1, 2])
+def test_continuous_batching_equals_each_conversation_alone(flat_llama: Path, engines: int) -> None:
+    """Worker threads with uneven pauses and reply budgets, one or two decode engines on their own
+    threads: later rounds join a decode that is already running (checked), and every round's text
+    equals the conversation run alone."""
     import random
     import threading
 
@@ -207,12 +209,11 @@ def test_continuous_batching_equals_each_conversation_alone(flat_llama: Path) ->
     alone = {i: _converse(_load(flat_llama), convs[i], budgets[i], "solo") for i in convs}
 
     model = _load(flat_llama)
-    engine_adds: list[int] = []
-    with BatchingModel(model, workers=5) as batcher:
-        engine = batcher.engine
-        assert engine is not None and engine.slots.group == 4
-        add = engine.add
-        engine.add = lambda *a, **kw: (engine_adds.append(len(engine.slots.rows)), add(*a, **kw))[1]
+    engine_adds: list[int] = []  # rows already decoding in the engine a request joins
+    with BatchingModel(model, workers=5, engines=engines) as batcher:
+        assert len(batcher.engines) == engines and all(e.slots.group == 4 for e in batcher.engines)
+        for engine in batcher.engines:
+            engine.add = _spy(engine, engine_adds)
         out: dict[int, list[str]] = {}
         rng = random.Random(3)
         pauses = {i: [rng.uniform(0, 0.02) for _ in range(3)] for i in convs}
@@ -242,7 +243,19 @@ def test_continuous_batching_equals_each_conversation_alone(flat_llama: Path) ->
     assert out == alone
     assert any(n > 0 for n in engine_adds)  # some rounds joined rows that were mid-decode
     assert max(engine_adds) < 4  # never more rows than slots
-    assert engine.slots.steps > 0 and engine.slots.row_steps / engine.slots.steps > 1
+    steps = sum(e.slots.steps for e in batcher.engines)
+    assert steps > 0 and sum(e.slots.row_steps for e in batcher.engines) / steps > 1
+    assert all(e.prefilled > 0 and e.decode_s > 0 for e in batcher.engines)
+
+
+def _spy(engine: Any, seen: list[int]) -> Any:
+    add = engine.add
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(len(engine.slots.rows))
+        return add(*args, **kwargs)
+
+    return spy
 
 
 def test_continuous_engine_hands_back_errors_and_sampling_runs_alone(flat_llama: Path) -> None:

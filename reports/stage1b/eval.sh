@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Evaluate one model on the stage-1b suites: n = 100 per livestream suite, IFEval on all 541 prompts,
 # evaluation seed 1 (stage 1 used 0; training data uses world seeds >= 10,000), batched float32
-# greedy decoding (identical to unbatched, tested). Summaries and per-case progress go to
+# greedy decoding (identical to unbatched, tested; `--dtype float32` pins it since `hat eval`'s default
+# became bfloat16 on bf16 CPUs, so every model of an attempt is evaluated alike). Summaries and per-case progress go to
 # reports/stage1b/eval/.
 # usage: reports/stage1b/eval.sh <model spec> [suite:n ...]   (repo root, .venv active)
 set -euo pipefail
@@ -16,6 +17,6 @@ for spec in "${suites[@]}"; do
     ifeval) extra=(--max-new-tokens 256) ;;
     *) extra=(--seed 1 --batch-size 16) ;;
   esac
-  /usr/bin/time -f "$suite $model wall %e s" hat eval --suite "$suite" --model "$model" --n "$n" "${extra[@]}" --resume \
+  /usr/bin/time -f "$suite $model wall %e s" hat eval --suite "$suite" --model "$model" --n "$n" "${extra[@]}" --dtype float32 --resume \
     --json --out "$out"
 done

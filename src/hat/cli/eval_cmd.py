@@ -68,8 +68,29 @@ def _check_options(suite: str, model: str, data: str | None, hsa: bool, dtype: s
         fail(f"unknown suite {suite!r}; known suites: {', '.join(known)}")
     if suite not in EXTERNAL_SUITES and (data is not None or hsa):
         fail(f"--data and --hsa apply to the external suites ({', '.join(EXTERNAL_SUITES)}), not {suite}")
-    if dtype is not None and model.partition(":")[0] not in LOCAL_SPECS:
+    if dtype != "auto" and model.partition(":")[0] not in LOCAL_SPECS:
         fail(f"--dtype applies to local models ({', '.join(LOCAL_SPECS)}), not {model!r}")
+
+
+def _resolve_dtype(dtype: str, model: str) -> str | None:
+    """``--dtype``: ``auto`` is bfloat16 for a local model on a CPU with native bf16, else the
+    backend's default; float32 is the default too (None: what earlier runs recorded, so they resume)."""
+    if dtype == "auto":
+        from hat.cpu import cpu_supports_bf16
+
+        local = model.partition(":")[0] in LOCAL_SPECS
+        return "bfloat16" if local and cpu_supports_bf16() else None
+    return None if dtype == "float32" else dtype
+
+
+def _default_batch_size(batch_invariant: bool, n: int) -> int:
+    """16 episodes in flight; batch-invariant decoding runs one engine of 16 decode rows per core."""
+    if not batch_invariant:
+        return 16
+    from hat.cpu import usable_cores
+    from hat.models.invariant import InvariantConfig
+
+    return max(1, min(InvariantConfig().rows * usable_cores(), n))
 
 
 def eval_command(
@@ -99,19 +120,21 @@ def eval_command(
     data: str | None = typer.Option(None, help="External data path (ifeval: input_data.jsonl; rotbench/bfcl: folder)."),
     hsa: bool = typer.Option(False, "--hsa", help="rotbench/bfcl: show tools under held-out HSA names."),
     max_new_tokens: int = typer.Option(256, help="External suites: generation budget per item."),
-    batch_size: int = typer.Option(
-        16,
+    batch_size: int | None = typer.Option(
+        None,
         "--batch-size",
         min=1,
         help="Episodes in flight at once. Local models (smollm2, smollm2-hat, hf:) decode their rounds "
         "together, with the outputs of one-at-a-time greedy decoding; openai: gets concurrent requests; "
-        "1 runs episodes one after another (policies, scripted: and llamacpp: always do).",
+        "1 runs episodes one after another (policies, scripted: and llamacpp: always do). Default: 16, "
+        "or with batch-invariant decoding 16 per usable core (one decode engine per core).",
     ),
-    dtype: str | None = typer.Option(
-        None,
-        help="Local models (smollm2, smollm2-hat, hf:): weight dtype, default float32 on CPU. bfloat16 is "
-        "~2x faster on CPUs with AVX-512 BF16; its greedy outputs differ from float32's, and it decodes "
-        "batch-invariantly (the same outputs at every --batch-size; see --batch-invariant).",
+    dtype: str = typer.Option(
+        "auto",
+        help="Local models (smollm2, smollm2-hat, hf:): weight dtype. auto (default): bfloat16 on CPUs with "
+        "native bf16 (AVX-512 BF16 or AMX), ~5x faster batched, else float32. bfloat16's greedy outputs "
+        "differ a little from float32's; it decodes batch-invariantly (the same outputs at every "
+        "--batch-size; see --batch-invariant). The report records the dtype used.",
     ),
     batch_invariant: bool | None = typer.Option(
         None,
@@ -134,11 +157,14 @@ def eval_command(
     from hat.eval.suites import build_cases
 
     _check_options(suite, model, data, hsa, dtype)
+    weights = _resolve_dtype(dtype, model)
     if batch_invariant and model.partition(":")[0] not in LOCAL_SPECS:
         fail(f"--batch-invariant applies to local models ({', '.join(LOCAL_SPECS)}), not {model!r}")
     if batch_invariant is None:
-        batch_invariant = dtype in ("bfloat16", "float16")
-    load = ({"dtype": dtype} if dtype else {}) | ({"batch_invariant": True} if batch_invariant else {})
+        batch_invariant = weights in ("bfloat16", "float16")
+    if batch_size is None:
+        batch_size = _default_batch_size(batch_invariant, n)
+    load = ({"dtype": weights} if weights else {}) | ({"batch_invariant": True} if batch_invariant else {})
     if suite in EXTERNAL_SUITES:
         _external(suite, model, data, n, hsa, out_dir, max_new_tokens, as_json, load)
         return
@@ -148,7 +174,7 @@ def eval_command(
         fail(exc.args[0] if isinstance(exc, KeyError) else exc)
     command = "hat " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     identity = {"suite": suite, "model": model, "seed": seed, "n": n, "harness": harness}
-    identity |= {"fault_rate": fault_rate, "dtype": dtype, "cases": _cases_hash(cases)}
+    identity |= {"fault_rate": fault_rate, "dtype": weights, "cases": _cases_hash(cases)}
     if batch_invariant:  # a new key only when on: earlier runs' identities (resume) stay valid
         identity["batch_invariant"] = True
     try:
@@ -167,7 +193,7 @@ def eval_command(
                 model,
                 seed=seed,
                 on_case=on_case,
-                options={"fault_rate": fault_rate, "harness": harness, "batch_size": batch_size, "dtype": dtype}
+                options={"fault_rate": fault_rate, "harness": harness, "batch_size": batch_size, "dtype": weights}
                 | ({"batch_invariant": True} if batch_invariant else {})
                 | ({"resumed_cases": len(done)} if done else {}),
                 batch_size=batch_size,

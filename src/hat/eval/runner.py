@@ -315,14 +315,20 @@ def _run_parallel(
 
 def _log_decode(batcher: BatchingModel) -> None:
     """How full continuous batching kept the decode slots (INFO on ``hat.eval``)."""
-    slots = getattr(batcher.engine, "slots", None)
-    if slots is not None and slots.steps:
-        _LOG.info(
-            "continuous batching: %d decode steps, %.1f live rows per step of %d",
-            slots.steps,
-            slots.row_steps / slots.steps,
-            slots.group,
-        )
+    for i, engine in enumerate(batcher.engines):
+        slots = engine.slots
+        if slots.steps:
+            _LOG.info(
+                "continuous batching, engine %d: %d prefill tokens in %.1f s; %d decode steps in %.1f s, "
+                "%.1f live rows per step of %d",
+                i,
+                engine.prefilled,
+                engine.prefill_s,
+                slots.steps,
+                engine.decode_s,
+                slots.row_steps / slots.steps,
+                slots.group,
+            )
 
 
 def _collect(

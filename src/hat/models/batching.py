@@ -38,6 +38,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from hat.cpu import usable_cores
 from hat.errors import ModelError
 from hat.models.base import Generation, GenerationConfig, Message, Model, ModelBackend, Stream
 
@@ -66,13 +67,20 @@ class _Request:
     done: bool = False
 
 
+def _default_engines(workers: int, slots: int, threads: int) -> int:
+    """Enough engines of ``slots`` rows for ``workers`` conversations, at most one per ``threads`` cores."""
+    return max(1, min(-(-workers // slots), usable_cores() // max(threads, 1)))
+
+
 class BatchingModel(ModelBackend):
     """Wraps a model with ``generate_batch``; ``workers`` threads will call :meth:`generate`.
 
+    ``engines``: for a model with continuous batching, how many decode engines run at once, each on
+    its own thread (default: enough to give every worker a slot, at most one per usable core).
     Each worker thread tags its calls with :meth:`tagged` (the case index) and calls :meth:`retire`
     when it has no more work. Use as a context manager, or call :meth:`close`."""
 
-    def __init__(self, inner: Any, *, workers: int) -> None:
+    def __init__(self, inner: Any, *, workers: int, engines: int | None = None) -> None:
         if not supports_batching(inner):
             raise TypeError(f"{getattr(inner, 'name', inner)!r} has no generate_batch(..., cache_keys=...)")
         self.inner = inner
@@ -87,10 +95,19 @@ class BatchingModel(ModelBackend):
         if callable(reserve):
             reserve(2 * workers)  # one per case in flight, plus as many finished ones to share prefixes
         continuous = getattr(inner, "continuous", None)
-        self.engine: Any = continuous() if callable(continuous) else None
-        target = self._schedule if self.engine is None else self._schedule_continuous
-        self._thread = threading.Thread(target=target, name=f"hat-batch-{self.name}", daemon=True)
-        self._thread.start()
+        first = continuous() if callable(continuous) else None
+        self.engines: list[Any] = []
+        if continuous is not None and first is not None:
+            count = engines or _default_engines(workers, first.slots.group, first.config.threads)
+            self.engines = [first, *(continuous() for _ in range(count - 1))]
+            self._threads = [
+                threading.Thread(target=self._schedule_continuous, args=(e,), name=f"hat-engine-{i}", daemon=True)
+                for i, e in enumerate(self.engines)
+            ]
+        else:
+            self._threads = [threading.Thread(target=self._schedule, name=f"hat-batch-{self.name}", daemon=True)]
+        for thread in self._threads:
+            thread.start()
 
     def __enter__(self) -> BatchingModel:
         return self
@@ -147,8 +164,10 @@ class BatchingModel(ModelBackend):
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-        if wait and threading.current_thread() is not self._thread:
-            self._thread.join()
+        if wait:
+            for thread in self._threads:
+                if thread is not threading.current_thread():
+                    thread.join()
 
     # -- scheduler side ------------------------------------------------------------------------
     def _ready(self) -> bool:
@@ -172,8 +191,7 @@ class BatchingModel(ModelBackend):
                     request.done = True
                 self._cond.notify_all()
 
-    def _schedule_continuous(self) -> None:
-        engine = self.engine
+    def _schedule_continuous(self, engine: Any) -> None:
         active: dict[Any, _Request] = {}
         while True:
             with self._cond:
@@ -188,8 +206,8 @@ class BatchingModel(ModelBackend):
                 arrived = sorted(self._pending, key=lambda r: r.tag)[: engine.free]
                 for request in arrived:
                     self._pending.remove(request)
-            if arrived:
-                self.batches.append(len(arrived))
+                if arrived:
+                    self.batches.append(len(arrived))
             for request in arrived:
                 key = None if request.cache_key is None else f"{request.cache_key}#{request.tag}"
                 try:

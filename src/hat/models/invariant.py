@@ -38,10 +38,12 @@ Greedy output is then identical whether a conversation is decoded alone or in an
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ATTENTION", "DecodeRows", "InvariantConfig", "aligned", "attention", "decoding", "enable"]
+__all__ = ["ATTENTION", "DecodeRows", "InvariantConfig", "aligned", "attention", "decoding", "enable", "threads"]
 
 ATTENTION = "hat_batch_invariant"
 """The name under which :func:`attention` is registered with transformers' ``AttentionInterface``."""
@@ -50,11 +52,31 @@ ATTENTION = "hat_batch_invariant"
 @dataclass(frozen=True)
 class InvariantConfig:
     """``rows``: sequences per decode forward pass (live rows plus dummies), the decode batch size;
-    a batch with more live rows is decoded in groups of ``rows``. ``chunk``: prefill tokens per
-    forward pass. Results are invariant for fixed values of both; changing either changes them."""
+    more live rows wait for a free slot. ``chunk``: prefill tokens per forward pass. ``threads``:
+    intra-op torch threads of every invariant computation. Results are invariant for fixed values
+    of the three; changing one may change them."""
 
     rows: int = 16
     chunk: int = 64
+    threads: int = 1
+
+
+@contextmanager
+def threads(n: int) -> Iterator[None]:
+    """Run the block with ``n`` intra-op torch threads in this thread (restored after). Matmul
+    kernels may split a row's reduction differently with the thread count, so invariant decoding
+    fixes it (:attr:`InvariantConfig.threads`); parallelism comes from several decode engines on
+    their own threads instead (:class:`~hat.models.batching.BatchingModel`'s ``engines``)."""
+    import torch
+
+    before = torch.get_num_threads()
+    if before != n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        if before != n:
+            torch.set_num_threads(before)
 
 
 def aligned(n: int, chunk: int) -> int:

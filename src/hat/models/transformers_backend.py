@@ -530,7 +530,8 @@ class TransformersModel(ModelBackend):
             return [self.generate(m, config, cache_key=k) for m, k in zip(conversations, keys, strict=True)]
         start = time.perf_counter()
         encoded = [self._encode(m) for m in conversations]
-        with self._lock:
+        pinned = invariant.threads(self.invariant.threads) if self.invariant else contextlib.nullcontext()
+        with self._lock, pinned:
             try:
                 rows = self._prefill_rows(encoded, keys)
                 if self.invariant is not None:
@@ -683,9 +684,13 @@ class TransformersModel(ModelBackend):
             rows.append(row)
         return rows
 
-    def _prefill_invariant(self, ids: list[int], key: str | None, earlier: list[BatchRow]) -> BatchRow:
+    def _prefill_invariant(
+        self, ids: list[int], key: str | None, earlier: list[BatchRow], lock: Any = None
+    ) -> BatchRow:
+        """Prefill from the longest shareable prefix; ``lock`` guards the session table meanwhile."""
         assert self.invariant is not None
-        cache, cached, canonical = self._invariant_prefix(ids, key, earlier)
+        with lock or contextlib.nullcontext():
+            cache, cached, canonical = self._invariant_prefix(ids, key, earlier)
         row = BatchRow(ids, cache, cached, keep=key is not None, canonical=canonical)
         prefill_chunks(
             self.model, row, cache_kwarg=self._cache_kwarg, chunk=self.invariant.chunk, pad_id=self._pad or 0
@@ -886,14 +891,20 @@ class ContinuousEngine:
     conversations that finished, whose sessions are kept like :meth:`TransformersModel.generate_batch`
     keeps them. Because every forward pass has the row's own shapes (:mod:`hat.models.invariant`),
     each result is the one :meth:`TransformersModel.generate` gives that conversation alone, however
-    conversations come and go. Not thread-safe: one scheduler thread drives it."""
+    conversations come and go.
+
+    One thread drives one engine; several engines of the same model may run on their own threads at
+    once (one per core: each computes with :attr:`InvariantConfig.threads` intra-op threads, and
+    only the session table is shared, under the model's lock)."""
 
     def __init__(self, model: TransformersModel) -> None:
         assert model.invariant is not None
-        self.model = model
+        self.model, self.config = model, model.invariant
         self.slots = InvariantSlots(model.model, model.invariant.rows, model._new_cache)
         self._jobs: dict[int, Job] = {}  # id(row) -> job, for the rows in the slots
         self._ready: list[tuple[Job, Generation | BaseException]] = []  # done without a decode step
+        self.prefill_s = self.decode_s = 0.0  # time spent in each (for reports)
+        self.prefilled = 0  # tokens encoded by prefill (computed, pads excluded)
 
     @property
     def free(self) -> int:
@@ -913,12 +924,14 @@ class ContinuousEngine:
             raise ModelError(f"{owner.name}: continuous batching decodes greedily only")
         if not self.free:
             raise ModelError(f"{owner.name}: no free decode slot")
-        stopper = owner._stopper(config)
+        with owner._lock:
+            stopper = owner._stopper(config)
         job = Job(BatchRow([], None, 0), config, cache_key, start)
         try:
             ids = owner._encode(messages)
-            with owner._lock:
-                job.row = owner._prefill_invariant(ids, cache_key, self.slots.rows)
+            with invariant.threads(self.config.threads):
+                job.row = owner._prefill_invariant(ids, cache_key, self.slots.rows, owner._lock)
+                self.prefilled += len(ids) - job.row.cached
                 if stopper([job.row])[0]:
                     job.row.done_at = time.perf_counter()
                     job.row.kept, job.row.cache = (job.row.cache if job.row.keep else None), None
@@ -929,6 +942,7 @@ class ContinuousEngine:
         except Exception as exc:
             error = exc if isinstance(exc, ModelError) else ModelError(f"{owner.name}: prefill failed ({exc!r})")
             self._ready.append((job, error))
+        self.prefill_s += time.perf_counter() - start
         return job
 
     def step(self) -> list[tuple[Job, Generation | BaseException]]:
@@ -936,20 +950,24 @@ class ContinuousEngine:
         out, self._ready = self._ready, []
         if not self.slots.rows:
             return out
+        start = time.perf_counter()
         try:
-            with self.model._lock:
+            with invariant.threads(self.config.threads):
                 finished = self.slots.step()
-                return out + [(job, self._finish(job)) for job in (self._jobs.pop(id(r)) for r in finished)]
+            return out + [(job, self._finish(job)) for job in (self._jobs.pop(id(r)) for r in finished)]
         except Exception as exc:
             error = ModelError(f"{self.model.name}: batch generation failed ({type(exc).__name__}: {exc})")
             failed = [(job, error) for job in self._jobs.values()]
             self._jobs.clear()
             self.slots = InvariantSlots(self.model.model, self.slots.group, self.model._new_cache)
             return out + failed
+        finally:
+            self.decode_s += time.perf_counter() - start
 
     def _finish(self, job: Job) -> Generation:
-        self.model._keep_row(job.key, job.row)
-        self.model._trim_sessions()
+        with self.model._lock:
+            self.model._keep_row(job.key, job.row)
+            self.model._trim_sessions()
         return self.model._row_generation(job.row, job.config, job.start)
 
 

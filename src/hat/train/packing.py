@@ -36,6 +36,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hat.cpu import cpu_supports_bf16
+
 __all__ = [
     "IGNORE_INDEX",
     "EncodedRow",
@@ -182,20 +184,6 @@ def pack_rows(rows: Sequence[EncodedRow], *, max_rows: int = 16, max_tokens: int
 
 
 # -- precision ------------------------------------------------------------------------------------
-def cpu_supports_bf16() -> bool:
-    """True when this CPU has native bf16 dot products (AVX-512 BF16 or AMX), read from
-    ``/proc/cpuinfo`` (Linux); elsewhere False, so training stays in float32."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return bool({"avx512_bf16", "amx_bf16"} & flags)
-    except OSError:
-        return False
-    return False
-
-
 def autocast_dtype(device: str, setting: bool | None) -> Any:
     """``torch.bfloat16`` when bf16 autocast should run on ``device`` (``setting`` None = detect),
     else None (float32)."""
