@@ -38,9 +38,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from hat.cpu import usable_cores
 from hat.errors import ModelError
 from hat.models.base import Generation, GenerationConfig, Message, Model, ModelBackend, Stream
+from hat.models.invariant import engines_for
 
 __all__ = ["BatchingModel", "supports_batching"]
 
@@ -65,11 +65,6 @@ class _Request:
     result: Generation | None = None
     error: BaseException | None = None
     done: bool = False
-
-
-def _default_engines(workers: int, slots: int, threads: int) -> int:
-    """Enough engines of ``slots`` rows for ``workers`` conversations, at most one per ``threads`` cores."""
-    return max(1, min(-(-workers // slots), usable_cores() // max(threads, 1)))
 
 
 class BatchingModel(ModelBackend):
@@ -98,7 +93,7 @@ class BatchingModel(ModelBackend):
         first = continuous() if callable(continuous) else None
         self.engines: list[Any] = []
         if continuous is not None and first is not None:
-            count = engines or _default_engines(workers, first.slots.group, first.config.threads)
+            count = engines or engines_for(workers, first.config)
             self.engines = [first, *(continuous() for _ in range(count - 1))]
             self._threads = [
                 threading.Thread(target=self._schedule_continuous, args=(e,), name=f"hat-engine-{i}", daemon=True)

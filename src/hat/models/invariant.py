@@ -43,7 +43,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ATTENTION", "DecodeRows", "InvariantConfig", "aligned", "attention", "decoding", "enable", "threads"]
+__all__ = [
+    "ATTENTION",
+    "DecodeRows",
+    "InvariantConfig",
+    "aligned",
+    "attention",
+    "decoding",
+    "enable",
+    "engines_for",
+    "threads",
+]
 
 ATTENTION = "hat_batch_invariant"
 """The name under which :func:`attention` is registered with transformers' ``AttentionInterface``."""
@@ -77,6 +87,15 @@ def threads(n: int) -> Iterator[None]:
     finally:
         if before != n:
             torch.set_num_threads(before)
+
+
+def engines_for(conversations: int, config: InvariantConfig) -> int:
+    """How many decode engines to run at once: enough for ``conversations`` rows, at most one per
+    ``config.threads`` usable cores (each engine computes with that many threads)."""
+    from hat.cpu import usable_cores
+
+    slots = -(-conversations // config.rows)
+    return max(1, min(slots, usable_cores() // max(config.threads, 1)))
 
 
 def aligned(n: int, chunk: int) -> int:

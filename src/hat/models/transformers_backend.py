@@ -96,7 +96,6 @@ from hat.models.transformers_batch import (
     Stopper,
     crop_to,
     decode_greedy,
-    decode_invariant,
     prefill,
     prefill_chunks,
     slice_cache,
@@ -515,7 +514,9 @@ class TransformersModel(ModelBackend):
         prefix, then decoded together, each leaving the batch when it stops). Text, token counts and
         finish reasons equal :meth:`generate`'s up to float rounding (different matmul shapes), which
         changes a greedy pick only on a near-exact tie. Sampling, or a model with logits processors
-        or a cache the batched path does not handle, runs the rows one by one.
+        or a cache the batched path does not handle, runs the rows one by one. A batch-invariant
+        model decodes the batch with continuous batching on one engine per usable core
+        (:class:`ContinuousEngine`), each result identical to the row decoded alone.
 
         ``cache_keys``: per row, a KV-cache session (as ``cache_key`` in :meth:`generate`) to reuse
         and to keep. A row also reuses the longest prefix it shares with any kept session or with a
@@ -528,30 +529,70 @@ class TransformersModel(ModelBackend):
             return []
         if not self._batchable(config):
             return [self.generate(m, config, cache_key=k) for m, k in zip(conversations, keys, strict=True)]
+        if self.invariant is not None:
+            return self._generate_engines(conversations, config, keys)
         start = time.perf_counter()
         encoded = [self._encode(m) for m in conversations]
-        pinned = invariant.threads(self.invariant.threads) if self.invariant else contextlib.nullcontext()
-        with self._lock, pinned:
+        with self._lock:
             try:
                 rows = self._prefill_rows(encoded, keys)
-                if self.invariant is not None:
-                    decode_invariant(
-                        self.model, rows, self._stopper(config), group=self.invariant.rows, new_cache=self._new_cache
-                    )
-                else:
-                    decode_greedy(
-                        self.model,
-                        rows,
-                        self._stopper(config),
-                        cache_kwarg=self._cache_kwarg,
-                        new_cache=self._new_cache,
-                    )
+                decode_greedy(
+                    self.model,
+                    rows,
+                    self._stopper(config),
+                    cache_kwarg=self._cache_kwarg,
+                    new_cache=self._new_cache,
+                )
             except Exception as exc:
                 raise ModelError(f"{self.name}: batch generation failed ({type(exc).__name__}: {exc})") from exc
             for key, row in zip(keys, rows, strict=True):
                 self._keep_row(key, row)
             self._trim_sessions(keep=sum(k is not None for k in keys))
         return [self._row_generation(r, config, start) for r in rows]
+
+    def _generate_engines(
+        self, conversations: Sequence[Sequence[Message]], config: GenerationConfig, keys: list[str | None]
+    ) -> list[Generation]:
+        """:meth:`generate_batch` for batch-invariant decoding: continuous batching on one
+        :class:`ContinuousEngine` per usable core (:func:`~hat.models.invariant.engines_for`), each on
+        its own thread, taking the next conversation whenever a slot frees. The first failure is raised."""
+        assert self.invariant is not None
+        todo = list(reversed(list(enumerate(zip(conversations, keys, strict=True)))))
+        results: list[Generation | BaseException | None] = [None] * len(conversations)
+        taking = threading.Lock()
+        keyed = sum(k is not None for k in keys)
+
+        def drive(engine: ContinuousEngine) -> None:
+            jobs: dict[Job, int] = {}
+            try:
+                while True:
+                    with taking:
+                        arrived = [todo.pop() for _ in range(min(engine.free, len(todo)))]
+                    for i, (messages, key) in arrived:
+                        jobs[engine.add(messages, config, key)] = i
+                    if not engine.live:
+                        return  # nothing decoding and nothing was left to take
+                    for job, outcome in engine.step():
+                        results[jobs.pop(job)] = outcome
+            except BaseException as exc:  # a bug, not a model error: fail the batch with it
+                for i in jobs.values():
+                    results[i] = exc
+
+        engines = [ContinuousEngine(self, keep=keyed) for _ in range(invariant.engines_for(len(todo), self.invariant))]
+        if len(engines) == 1:
+            drive(engines[0])
+        else:
+            threads = [threading.Thread(target=drive, args=(e,), name=f"hat-engine-{i}") for i, e in enumerate(engines)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        for outcome in results:
+            if isinstance(outcome, BaseException):
+                if isinstance(outcome, ModelError):
+                    raise outcome
+                raise ModelError(f"{self.name}: batch generation failed ({type(outcome).__name__}: {outcome})")
+        return [r for r in results if isinstance(r, Generation)]
 
     def continuous(self) -> ContinuousEngine | None:
         """A step engine for continuous batching (:class:`ContinuousEngine`), when decoding is
@@ -675,21 +716,16 @@ class TransformersModel(ModelBackend):
     def _prefill_rows(self, encoded: list[list[int]], keys: list[str | None]) -> list[BatchRow]:
         rows: list[BatchRow] = []
         for ids, key in zip(encoded, keys, strict=True):
-            if self.invariant is not None:
-                row = self._prefill_invariant(ids, key, rows)
-            else:
-                cache, cached = self._prefix_cache(ids, key, rows)
-                row = BatchRow(ids, cache, cached, keep=key is not None)
-                prefill(self.model, row, cache_kwarg=self._cache_kwarg)
+            cache, cached = self._prefix_cache(ids, key, rows)
+            row = BatchRow(ids, cache, cached, keep=key is not None)
+            prefill(self.model, row, cache_kwarg=self._cache_kwarg)
             rows.append(row)
         return rows
 
-    def _prefill_invariant(
-        self, ids: list[int], key: str | None, earlier: list[BatchRow], lock: Any = None
-    ) -> BatchRow:
-        """Prefill from the longest shareable prefix; ``lock`` guards the session table meanwhile."""
+    def _prefill_invariant(self, ids: list[int], key: str | None, earlier: list[BatchRow]) -> BatchRow:
+        """Prefill from the longest shareable prefix (found under the lock: the session table is shared)."""
         assert self.invariant is not None
-        with lock or contextlib.nullcontext():
+        with self._lock:
             cache, cached, canonical = self._invariant_prefix(ids, key, earlier)
         row = BatchRow(ids, cache, cached, keep=key is not None, canonical=canonical)
         prefill_chunks(
@@ -895,11 +931,12 @@ class ContinuousEngine:
 
     One thread drives one engine; several engines of the same model may run on their own threads at
     once (one per core: each computes with :attr:`InvariantConfig.threads` intra-op threads, and
-    only the session table is shared, under the model's lock)."""
+    only the session table is shared, under the model's lock). ``keep``: sessions never trimmed
+    below (a batch's own, while it runs)."""
 
-    def __init__(self, model: TransformersModel) -> None:
+    def __init__(self, model: TransformersModel, *, keep: int = 0) -> None:
         assert model.invariant is not None
-        self.model, self.config = model, model.invariant
+        self.model, self.config, self.keep = model, model.invariant, keep
         self.slots = InvariantSlots(model.model, model.invariant.rows, model._new_cache)
         self._jobs: dict[int, Job] = {}  # id(row) -> job, for the rows in the slots
         self._ready: list[tuple[Job, Generation | BaseException]] = []  # done without a decode step
@@ -930,7 +967,7 @@ class ContinuousEngine:
         try:
             ids = owner._encode(messages)
             with invariant.threads(self.config.threads):
-                job.row = owner._prefill_invariant(ids, cache_key, self.slots.rows, owner._lock)
+                job.row = owner._prefill_invariant(ids, cache_key, self.slots.rows)
                 self.prefilled += len(ids) - job.row.cached
                 if stopper([job.row])[0]:
                     job.row.done_at = time.perf_counter()
@@ -967,7 +1004,7 @@ class ContinuousEngine:
     def _finish(self, job: Job) -> Generation:
         with self.model._lock:
             self.model._keep_row(job.key, job.row)
-            self.model._trim_sessions()
+            self.model._trim_sessions(keep=self.keep)
         return self.model._row_generation(job.row, job.config, job.start)
 
 
