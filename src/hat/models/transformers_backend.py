@@ -28,7 +28,7 @@ Design decisions:
   :class:`~hat.models.batching.BatchingModel`. Results equal :meth:`~TransformersModel.generate`'s.
 - **Batch-invariant decoding** (``batch_invariant=True``, what ``hat eval --dtype bfloat16`` uses;
   :mod:`hat.models.invariant`): fixed-shape forward passes (a fixed number of decode rows, row-by-row
-  attention, prefill in fixed chunks, sessions of prefill keys only), so in bfloat16 too a
+  attention, prefill in fixed chunks, prefixes shared only where their keys are canonical), so in bfloat16 too a
   conversation decodes to the same tokens alone as in any batch; ``generate`` then runs as a batch
   of one. ``stream`` and sampling keep the plain path. Such a model also offers
   :meth:`TransformersModel.continuous`, a :class:`ContinuousEngine` that conversations join and leave
