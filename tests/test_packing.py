@@ -89,6 +89,37 @@ def test_bf16_autocast_stays_close_to_float32() -> None:
     assert float(bf16 / n) != float(fp32 / n)  # it really ran in bf16
 
 
+def test_lora_delta_below_bf16_resolution_survives_when_summed_in_float32() -> None:
+    from hat.train.packing import lora_sum_in_float32
+
+    model = _lora_model()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.fill_(1e-5)  # a young adapter: its delta is far below one bf16 step of the outputs
+    layer = model.base_model.model.model.layers[0].self_attn.q_proj
+    x = torch.randn(16, 32, generator=torch.Generator().manual_seed(0))
+
+    def delta(autocast: bool) -> Any:
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            on = layer(x).float()
+            with model.disable_adapter():
+                off = layer(x).float()
+        return on - off
+
+    exact = delta(autocast=False)
+    rounded = delta(autocast=True)
+    handles = lora_sum_in_float32(model)
+    kept = delta(autocast=True)
+    assert len(handles) == 14  # 7 linear layers × 2 decoder layers
+    assert float(exact.abs().min()) > 0
+    assert float((kept - exact).abs().sum() / exact.abs().sum()) < 0.02  # the delta, to bf16's precision
+    assert float((rounded == 0).float().mean()) > 0.5  # plain autocast rounds most of it away
+    for handle in handles:
+        handle.remove()
+    assert torch.equal(delta(autocast=True), rounded)
+
+
 def test_pack_rows_groups_limits_and_reconstructs_rows() -> None:
     rows = _rows(5, 30, seed=5, group="a") + _rows(3, 20, seed=6, group="b") + _rows(2, 30, seed=7, group="a")[:1]
     packs = pack_rows(rows, max_rows=4)
