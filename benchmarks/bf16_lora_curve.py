@@ -7,12 +7,13 @@ layer's dtype (``result = result + lora_B(lora_A(x)) * scaling``), which autocas
 young adapter's small delta is rounded into the bf16 grid of the base output (8 bits of mantissa)
 and the model does not yet see most of its own update.
 
-Variants, same initial adapter, same pack, AdamW at the training's learning rate:
+Variants, same initial adapter, same pack, AdamW at SFT's default learning rate (2e-4):
 
 - ``fp32``: no autocast;
 - ``bf16``: autocast as ``hat train sft`` ran it until now;
-- ``bf16-fp32-add``: autocast, but the LoRA layers' base output is returned in float32
-  (:func:`hat.train.packing.lora_sum_in_float32`) so the adapter's delta is added in float32.
+- ``bf16-fp32-add``: autocast with :func:`hat.train.lora_precision.lora_sum_in_float32` — the base
+  product and the adapter's delta summed in float32 (inside one bf16 matmul's float32 accumulator
+  where the layer allows, else a float32 base output), what ``hat train sft`` now does.
 
     python benchmarks/bf16_lora_curve.py --data /work/runs/stage1l/data [--rows 2] [--steps 6] [--threads 1]
 
@@ -48,7 +49,8 @@ def _curve(variant: str, pack: Any, steps: int, lr: float, seed: int) -> dict[st
     from peft import get_peft_model
     from transformers import set_seed
 
-    from hat.train.packing import lora_sum_in_float32, pack_loss
+    from hat.train.lora_precision import lora_sum_in_float32
+    from hat.train.packing import pack_loss
     from hat.train.sft import load_base
     from hat.train.trl_configs import lora_config
 

@@ -4,7 +4,8 @@
   ``autocast_bf16=False``) — the recipe of the first stage-1 run;
 - **new**: :class:`~hat.train.sft_trainer.PackedSFTTrainer` — rows of one room snapshot packed
   behind their shared prompt prefix, LM head on trained positions only, bf16 autocast where the CPU
-  has native bf16 (one pack per step).
+  has native bf16 (one pack per step), each LoRA layer's delta added in float32; and the same path
+  with those sums in bf16 (``lora_float32_sum`` off), to show what the float32 sums cost.
 
 Both train LoRA (r 16, every linear layer) on the bundled SmolLM2 from the same initial weights
 with learning rate 0, so every step's loss is the loss of the same model on its rows: both recipes'
@@ -177,6 +178,11 @@ def main() -> None:
             trained,
         )
         print(json.dumps({"new": new}), file=sys.stderr, flush=True)
+        plain = None
+        if dtype is not None:  # what the float32 LoRA sums cost: the same path with bf16 sums
+            plain = _run("new, LoRA sums in bf16 (lora_float32_sum off)",
+                         _config(work / "new-plain", data, lora_float32_sum=False), rows, trained)  # fmt: skip
+            print(json.dumps({"new_bf16_sums": plain}), file=sys.stderr, flush=True)
         curves = _curves(work, data, rows, args.curve_steps)
     report = {
         "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads",
@@ -187,6 +193,8 @@ def main() -> None:
         "new": new,
         "speedup_rows_per_s": round(new["rows_per_s"] / old["rows_per_s"], 2),
         "speedup_trained_tokens_per_s": round(new["trained_tokens_per_s"] / old["trained_tokens_per_s"], 2),
+        "new_bf16_sums": plain,
+        "speedup_rows_per_s_bf16_sums": round(plain["rows_per_s"] / old["rows_per_s"], 2) if plain else None,
         "reference_loss_fp32_unpacked": round(reference, 5),
         "reference_row_mean_fp32_unpacked": round(reference_rows, 5),
         "old_loss_rel_diff": round(abs(old["mean_row_loss"] - reference_rows) / reference_rows, 5),

@@ -57,6 +57,7 @@ class SFTDefaults(TrainDefaults):
     pack_max_tokens: int = 8192
     packing_attention: str = "prefix-cache"
     autocast_bf16: bool | None = None
+    lora_float32_sum: bool = True
     replay_data: str = ""
     replay_ratio: float = 0.0
     # TRL/transformers fields with a HAT default

@@ -13,7 +13,7 @@ and runs the 49,152-way LM head on every position. Here
   token's predecessor — the prefix's last token for a continuation's first token);
 - the forward runs under **bf16 autocast** on CPUs with AVX-512 BF16 (or a CUDA device with bf16);
   LoRA weights, the head and the loss stay in float32, and so does each LoRA layer's sum of base
-  output and adapter delta (:func:`lora_sum_in_float32`; in bf16 a young adapter's update is
+  output and adapter delta (:func:`hat.train.lora_precision.lora_sum_in_float32`; in bf16 a young adapter's update is
   rounded away and the loss curve lags float32's).
 
 Two implementations of the same attention pattern (:func:`pack_loss`, ``attention=``):
@@ -46,7 +46,6 @@ __all__ = [
     "Pack",
     "autocast_dtype",
     "cpu_supports_bf16",
-    "lora_sum_in_float32",
     "pack_loss",
     "pack_rows",
     "row_group",
@@ -201,29 +200,6 @@ def autocast_dtype(device: str, setting: bool | None) -> Any:
     if setting and not supported:
         return torch.bfloat16  # asked for explicitly: honour it (slow emulation, but correct)
     return torch.bfloat16 if supported else None
-
-
-def _float32_output(module: Any, args: Any, output: Any) -> Any:
-    import torch
-
-    return output.float() if output.dtype in (torch.bfloat16, torch.float16) else output
-
-
-def lora_sum_in_float32(model: Any) -> list[Any]:
-    """Make every LoRA layer of ``model`` add its adapter's output to the base layer's in float32.
-
-    Why: PEFT's LoRA ``Linear`` computes ``base_layer(x) + lora_B(lora_A(x)) * scaling`` in the base
-    output's dtype, which autocast makes bf16; a young adapter's delta is far below one bf16 step
-    (2⁻⁸ relative) of the base output, so most of it is rounded away and the model does not see its
-    own update — the bf16 loss curve lags float32's. Returning the base layer's output in float32
-    (a forward hook) keeps the delta; the matmuls stay bf16. Returns the hook handles."""
-    from peft.tuners.lora import LoraLayer
-
-    handles = []
-    for module in model.modules():
-        if isinstance(module, LoraLayer) and hasattr(module, "base_layer"):
-            handles.append(module.base_layer.register_forward_hook(_float32_output))
-    return handles
 
 
 # -- the loss -------------------------------------------------------------------------------------

@@ -35,7 +35,9 @@ other core is busy); leave it unset on an idle or GPU machine.
 The fast path (``packing``, the default; :mod:`hat.train.packing`): rows of one room snapshot are
 packed behind their shared prompt prefix, the LM head runs only on trained positions, and the
 decoder runs under bf16 autocast where the CPU has native bf16 (``autocast_bf16``: None = detect,
-so TRL's ``bf16`` stays off on CPU). A *step* then processes ``per_device_train_batch_size`` packs
+so TRL's ``bf16`` stays off on CPU), with each LoRA layer's sum of base output and adapter delta in
+float32 (``lora_float32_sum``, on: in bf16 a young adapter's delta is rounded into the base output's
+grid and the loss curve lags float32's by about a step). A *step* then processes ``per_device_train_batch_size`` packs
 of up to ``pack_max_rows`` rows each (default 1 pack per step). ``packing=False`` is the old
 recipe: TRL's ``SFTTrainer`` row by row with full logits in float32.
 
@@ -104,6 +106,13 @@ class HatSFTConfig(YamlConfigMixin, SFTConfig):
     autocast_bf16: bool | None = field(
         default=SFT.autocast_bf16,
         metadata={"help": "bf16 autocast of the decoder (None: on where the CPU/GPU has native bf16)."},
+    )
+    lora_float32_sum: bool = field(
+        default=SFT.lora_float32_sum,
+        metadata={
+            "help": "Under bf16 autocast, add each LoRA delta to its base output in float32 (else a young "
+            "adapter's update is rounded away and the loss lags float32's)."
+        },
     )
     replay_data: str = field(
         default=SFT.replay_data, metadata={"help": "A hat datagen-general folder (general replay rows)."}

@@ -30,7 +30,8 @@ from typing import Any
 
 from transformers import Trainer, TrainerCallback
 
-from hat.train.packing import Pack, autocast_dtype, lora_sum_in_float32, pack_loss
+from hat.train.lora_precision import lora_sum_in_float32
+from hat.train.packing import Pack, autocast_dtype, pack_loss
 
 __all__ = ["STEPS_FILE", "PackedSFTTrainer", "collate_packs"]
 
@@ -95,7 +96,7 @@ class PackedSFTTrainer(Trainer):  # type: ignore[misc]
         self.pad_id = pad_id
         device = str(self.args.device)
         self.autocast = autocast_dtype(device, getattr(self.args, "autocast_bf16", None))
-        if self.autocast is not None:  # a young adapter's delta must not be rounded into bf16
+        if self.autocast is not None and getattr(self.args, "lora_float32_sum", True):
             lora_sum_in_float32(self.model)
         self.attention: str = getattr(self.args, "packing_attention", "prefix-cache")
         # compute_loss returns each pack's token mean and ignores num_items_in_batch, so under
