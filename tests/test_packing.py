@@ -351,3 +351,26 @@ def test_bf16_loss_curve_follows_float32_on_a_fixed_batch(
     assert curves["fp32"][-1] < curves["fp32"][0]  # it learned
     assert curves["bf16"] != curves["fp32"]  # bf16 really ran
     assert curves["bf16"] == pytest.approx(curves["fp32"], rel=0.03)
+
+
+@pytest.mark.parametrize(("autocast", "float32_sum"), [(True, True), (True, False), (False, True)])
+def test_trainer_sums_lora_deltas_in_float32_only_under_bf16_autocast(
+    tiny: tuple[Path, list[dict[str, Any]]], tmp_path: Path, autocast: bool, float32_sum: bool
+) -> None:
+    from hat.train.lora_precision import _FusedLoraLinear
+    from hat.train.sft import build_trainer
+
+    model, rows = tiny
+    cfg = _cfg(tmp_path, model, lora_dropout=0.0, autocast_bf16=autocast, lora_float32_sum=float32_sum)
+    trainer = build_trainer(cfg, rows[:4]).trainer
+    marked = [m for m in trainer.model.modules() if getattr(m, "_hat_float32_sum", False)]
+    assert bool(marked) == (autocast and float32_sum)
+    pack = trainer.train_dataset[0]
+    calls = []
+    original = _FusedLoraLinear.apply
+    try:
+        _FusedLoraLinear.apply = lambda *a: calls.append(1) or original(*a)  # type: ignore[method-assign]
+        trainer.compute_loss(trainer.model, {"packs": [Pack.from_dict(pack)]})
+    finally:
+        _FusedLoraLinear.apply = original  # type: ignore[method-assign]
+    assert bool(calls) == (autocast and float32_sum)  # the training step really runs the fused sum
