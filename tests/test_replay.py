@@ -132,7 +132,10 @@ def test_rows_load_with_load_rows_and_train_on_the_answer_only(
         )
         assert tokenizer.decode(ids[:first]) == generation_prompt
         assert "You are a helpful assistant." in generation_prompt
-        assert tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m]) == answer + "<|im_end|>"
+        # A kept answer cut by max_new_tokens is trained without the end-of-turn: not taught to stop there.
+        end = "" if row.get("truncated") else "<|im_end|>"
+        assert tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m]) == answer + end
+    assert sum(bool(r.get("truncated")) for r in rows) == stats["truncated"] > 0
 
 
 def test_truncated_and_empty_answers_are_dropped_unless_kept(prompts_file: Path, tmp_path: Path) -> None:
@@ -144,6 +147,8 @@ def test_truncated_and_empty_answers_are_dropped_unless_kept(prompts_file: Path,
         ReplayConfig(**{**config.to_dict(), "keep_truncated": True}), tmp_path / "keep", model=FakeModel()
     )
     assert kept["rows"] == 11 and kept["truncated"] == 1 and kept["dropped"] == {"truncated": 0, "empty": 1}
+    marked = {r["episode_id"]: r.get("truncated") for r in load_rows(tmp_path / "keep")}
+    assert marked.pop("p3") is True and not any(marked.values())  # only the cut answer is marked
 
 
 # -- selection ------------------------------------------------------------------------------------

@@ -10,7 +10,8 @@ resolved config is written next to the dataset (``config.yaml``), where a resume
 - ``n`` prompts are drawn with ``seed`` from those whose ``source`` is not in ``exclude_sources``.
 - ``model`` answers them: the *base* model (``smollm2``) by default, because replay is
   self-distillation (see :mod:`hat.train.replay`).
-- ``max_new_tokens`` bounds an answer; an answer cut by it is dropped unless ``keep_truncated``.
+- ``max_new_tokens`` bounds an answer; an answer cut by it is dropped unless ``keep_truncated``
+  (kept, it is trained without its end-of-turn token).
 - ``batch_size`` prompts go through ``generate_batch`` at once. It changes speed, not the data
   (up to the last float bits of padded matmuls), so a resumed run may use another batch size.
 """

@@ -159,9 +159,15 @@ def match_example_counts(
 
 
 def encode_row(row: dict[str, Any], tokenizer: Any) -> dict[str, list[int]]:
-    """``input_ids`` and ``assistant_masks`` (1 = trained) of one row (see the module docstring)."""
+    """``input_ids`` and ``assistant_masks`` (1 = trained) of one row (see the module docstring).
+    A row marked ``truncated`` (a replay answer cut by its token limit, kept) trains its last
+    assistant message without the end-of-turn token: the model learns the answer, not to stop there."""
     chat = tokenize_chat(row["messages"], tokenizer)
-    spans = [span for span, m in zip(chat.turn, row["messages"], strict=True) if m["role"] == "assistant"]
+    turns = list(chat.turn)
+    if row.get("truncated"):
+        last = max(i for i, m in enumerate(row["messages"]) if m["role"] == "assistant")
+        turns[last] = chat.content[last]
+    spans = [span for span, m in zip(turns, row["messages"], strict=True) if m["role"] == "assistant"]
     mask = [int(any(s <= start < e for s, e in spans)) for start, _ in chat.offsets]
     return {"input_ids": chat.input_ids, "assistant_masks": mask}
 
