@@ -76,7 +76,7 @@ def _fusable(module: Any) -> bool:
 
     if not isinstance(module, LoraLinear) or not isinstance(module.base_layer, torch.nn.Linear):
         return False
-    if getattr(module, "fan_in_fan_out", False) or len(module.lora_A) != 1 or module.lora_variant:
+    if getattr(module, "fan_in_fan_out", False) or len(module.lora_A) != 1 or getattr(module, "lora_variant", None):
         return False
     name = next(iter(module.lora_A))
     dropout = module.lora_dropout[name]
