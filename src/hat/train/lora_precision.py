@@ -79,8 +79,9 @@ def _fusable(module: Any) -> bool:
     if getattr(module, "fan_in_fan_out", False) or len(module.lora_A) != 1 or getattr(module, "lora_variant", None):
         return False
     name = next(iter(module.lora_A))
+    plain = module.lora_A[name].bias is None and module.lora_B[name].bias is None  # no lora_bias
     dropout = module.lora_dropout[name]
-    return isinstance(dropout, torch.nn.Identity) and not module.base_layer.weight.requires_grad
+    return plain and isinstance(dropout, torch.nn.Identity) and not module.base_layer.weight.requires_grad
 
 
 def _fused_forward(module: Any, peft_forward: Any) -> Any:
