@@ -50,6 +50,7 @@ class _FusedLoraLinear(torch.autograd.Function):
             y = torch.nn.functional.linear(xin, wcat, None if bias is None else bias.to(dtype))
         ctx.save_for_backward(xin, wcat, a)
         ctx.scaling, ctx.n_in, ctx.x_dtype, ctx.x_shape = scaling, n_in, x.dtype, x.shape
+        ctx.a_dtype, ctx.b_dtype = lora_a.dtype, lora_b.dtype
         return y.reshape(*x.shape[:-1], weight.shape[0])
 
     @staticmethod
@@ -64,9 +65,9 @@ class _FusedLoraLinear(torch.autograd.Function):
             if ctx.needs_input_grad[0]:
                 grad_x = (gin[:, :n_in].to(ctx.x_dtype) + (gh @ a).to(ctx.x_dtype)).reshape(ctx.x_shape)
             if ctx.needs_input_grad[3]:
-                grad_a = (gh.t() @ xin[:, :n_in]).float()
+                grad_a = (gh.t() @ xin[:, :n_in]).to(ctx.a_dtype)
             if ctx.needs_input_grad[4]:
-                grad_b = (g.t() @ xin[:, n_in:]).float() * ctx.scaling
+                grad_b = ((g.t() @ xin[:, n_in:]).float() * ctx.scaling).to(ctx.b_dtype)
         return grad_x, None, None, grad_a, grad_b, None, None
 
 
