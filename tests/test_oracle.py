@@ -317,7 +317,7 @@ def test_policy_registry() -> None:
     # a superset: other packages register policies too (hat.evolve adds "rule-reader")
     assert {"oracle", "skill-first", "polite", "invent-prices", "wrong-tool", "no-tools", "memorise"} <= set(POLICIES)
     assert isinstance(policy_model("oracle", EPISODES["price"], HARNESS), OracleModel)
-    with pytest.raises(ModelSpecError, match="known: oracle, skill-first, skill-scan, polite"):
+    with pytest.raises(ModelSpecError, match="known: oracle, skill-first, skill-scan, skill-scan-args, polite"):
         policy_model("genius", EPISODES["price"], HARNESS)
     model = policy_model("oracle", EPISODES["price"], HARNESS)
     assert model.name == "oracle" and "".join(model.stream([{"role": "system", "content": ""}]))
@@ -473,3 +473,38 @@ def test_skill_scan_calls_a_decoy_none_and_leaves_skill_free_rounds_alone() -> N
     assert "none=stock-market" in think and "Need: product=product-qa;" in think
     ep = EPISODES["other"]  # no skill to load: the skill-first (= one-round) rationale, unchanged
     assert [r.raw_output for r in run(ep, policy="skill-scan").rounds] == [r.raw_output for r in run(ep).rounds]
+
+
+# -- the skill-scan-args teacher -------------------------------------------------------------------
+def test_skill_scan_args_copies_the_called_tools_signature_line_before_the_call() -> None:
+    harness = rules_follow_renames(renamed_harness())
+    trace = run(EPISODES["stock"], harness, policy="skill-scan-args")
+    assert trace.status == "ok", trace.context["status_reason"]
+    second = parse_output(trace.rounds[1].raw_output, "text").reasoning
+    line = re.search(r"^- (inventory\([^)]*\))", trace.system_prompt, re.MULTILINE).group(1)
+    assert "sku" in line and second.endswith(f"Args: {line}.")  # the prompt's own line, verbatim
+    assert second.startswith("Rule: ") and "`inventory`" in second
+    # everything else is the skill-scan teacher's: first round, calls and reply
+    scan = run(EPISODES["stock"], harness, policy="skill-scan")
+    assert trace.rounds[0].raw_output == scan.rounds[0].raw_output
+    assert called(trace) == called(scan) == [("inventory", {"sku": "p-dress-01", "color": "red", "size": "M"})]
+    assert trace.reply == scan.reply
+
+
+def test_signature_line_falls_back_to_the_views_schema() -> None:
+    from hat.env.oracle import _signature_line
+
+    harness = renamed_harness()
+    listed = "Tools:\n- inventory(sku?: string): Units."
+    assert _signature_line(listed, harness, "inventory") == "inventory(sku?: string)"
+    built = _signature_line('{"name": "inventory", "parameters": {}}', harness, "inventory")  # a JSON listing
+    assert built is not None and built.startswith("inventory(sku") and "color?: string" in built
+    assert _signature_line("", harness, "no_such_tool") is None
+
+
+@pytest.mark.parametrize("key", ["casual_chat", "other"])
+def test_skill_scan_args_leaves_tool_free_episodes_alone(key: str) -> None:
+    ep = EPISODES[key]
+    assert [r.raw_output for r in run(ep, policy="skill-scan-args").rounds] == [
+        r.raw_output for r in run(ep, policy="skill-scan").rounds
+    ]

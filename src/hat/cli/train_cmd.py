@@ -41,7 +41,8 @@ train_app = typer.Typer(
 )
 
 TEACHER_HELP = (
-    "oracle | skill-first | skill-scan (or another simulator policy) | openai:<base_url>#<model> | hf:<path> | smollm2"
+    "oracle | skill-first | skill-scan | skill-scan-args (or another simulator policy)"
+    " | openai:<base_url>#<model> | hf:<path> | smollm2"
 )
 
 
