@@ -476,13 +476,15 @@ def test_skill_scan_calls_a_decoy_none_and_leaves_skill_free_rounds_alone() -> N
 
 
 # -- the skill-scan-args teacher -------------------------------------------------------------------
-def test_skill_scan_args_copies_the_called_tools_signature_line_before_the_call() -> None:
+def test_skill_scan_args_copies_the_called_tools_argument_names_before_the_call() -> None:
     harness = rules_follow_renames(renamed_harness())
     trace = run(EPISODES["stock"], harness, policy="skill-scan-args")
     assert trace.status == "ok", trace.context["status_reason"]
     second = parse_output(trace.rounds[1].raw_output, "text").reasoning
-    line = re.search(r"^- (inventory\([^)]*\))", trace.system_prompt, re.MULTILINE).group(1)
-    assert "sku" in line and second.endswith(f"Args: {line}.")  # the prompt's own line, verbatim
+    line = re.search(r"^- inventory\(([^)]*)\)", trace.system_prompt, re.MULTILINE).group(1)
+    names = [part.split(":")[0].strip() for part in line.split(",")]
+    assert names[0].rstrip("?") == "sku"
+    assert second.endswith(f"Args: inventory({', '.join(names)}).")  # the names in the prompt's order
     assert second.startswith("Rule: ") and "`inventory`" in second
     # everything else is the skill-scan teacher's: first round, calls and reply
     scan = run(EPISODES["stock"], harness, policy="skill-scan")
@@ -491,15 +493,16 @@ def test_skill_scan_args_copies_the_called_tools_signature_line_before_the_call(
     assert trace.reply == scan.reply
 
 
-def test_signature_line_falls_back_to_the_views_schema() -> None:
-    from hat.env.oracle import _signature_line
+def test_argument_names_from_the_prompt_line_or_the_views_schema() -> None:
+    from hat.env.oracle import _argument_names
 
     harness = renamed_harness()
-    listed = "Tools:\n- inventory(sku?: string): Units."
-    assert _signature_line(listed, harness, "inventory") == "inventory(sku?: string)"
-    built = _signature_line('{"name": "inventory", "parameters": {}}', harness, "inventory")  # a JSON listing
-    assert built is not None and built.startswith("inventory(sku") and "color?: string" in built
-    assert _signature_line("", harness, "no_such_tool") is None
+    listed = "Tools:\n- inventory(sku?: string, size: string): Units."
+    assert _argument_names(listed, harness, "inventory") == "inventory(sku?, size)"
+    assert _argument_names("- inventory(): none", harness, "inventory") == "inventory()"
+    built = _argument_names('{"name": "inventory", "parameters": {}}', harness, "inventory")  # a JSON listing
+    assert built is not None and built.startswith("inventory(sku") and "color?" in built and ":" not in built
+    assert _argument_names("", harness, "no_such_tool") is None
 
 
 @pytest.mark.parametrize("key", ["casual_chat", "other"])

@@ -729,15 +729,18 @@ class SkillScanOracle(SkillFirstOracle):
 
 
 class SkillScanArgsOracle(SkillScanOracle):
-    """The skill-scan oracle whose tool round also copies each called tool's signature line from the
+    """The skill-scan oracle whose tool round also copies each called tool's argument names from the
     prompt's tool list after the rule that names it ("Rule: Shipping time, fee or region: call
-    `pull.postage`. Args: pull.postage(goods_ref?: string, market?: string)."), so the argument names
-    of the call that follows are written where the model has just copied them.
+    `pull.postage`. Args: pull.postage(goods_ref?, market?)." for the prompt line
+    ``- pull.postage(goods_ref?: string, market?: string): …``), so the argument names of the call
+    that follows are written where the model has just copied them. The types are left out: the names
+    and the ``?`` of optional ones are what a call needs, and the report's q(L) counts every token of
+    reasoning past 100 (the full line costs ~8 more per tool).
 
     Why (reports/stage1b.md, attempt 11): the skill-scan students choose the right skill and the
     right tool under held-out renames, then write an argument name the harness does not have — the
-    production one (``product``, ``query``) or a train-split rename (``item``, ``article``): 16–21 of
-    the 100 T2 episodes fail on a rejected argument name, none of T1's. The names had to be matched
+    production one (``product``, ``query``) or a train-split rename (``item``): 16–21 of the 100 T2
+    episodes have a call rejected for its argument names, none of T1's. The names had to be matched
     against a tool line read ~1,000 tokens earlier; here they are copied once into the rationale, the
     copy pattern the skill and tool names already learnt. The rest is :class:`SkillScanOracle`."""
 
@@ -747,26 +750,24 @@ class SkillScanArgsOracle(SkillScanOracle):
         text = super().tool_round(state)
         think, calls = text.split("</think>", 1)
         names = dict.fromkeys(c.name for _, c in self.planned())
-        lines = [line for name in names if (line := _signature_line(state.prompt, self.view, name))]
+        lines = [line for name in names if (line := _argument_names(state.prompt, self.view, name))]
         if not lines:
             return text
         return f"{think} Args: {'; '.join(lines)}.</think>{calls}"
 
 
-def _signature_line(prompt: str, view: Harness, name: str) -> str | None:
-    """``name(arg?: type, ...)`` as the prompt's compact tool list shows it; for a prompt that lists
-    the tools another way (JSON schemas), the same form built from the view's signature; ``None`` for
-    a tool the view does not have."""
-    found = re.search(rf"^- ({re.escape(name)}\([^)\n]*\))", prompt, re.MULTILINE)
+def _argument_names(prompt: str, view: Harness, name: str) -> str | None:
+    """``name(arg?, arg, ...)``: the tool's argument names in the order the prompt's compact tool list
+    shows them (``?`` = optional); for a prompt that lists the tools another way (JSON schemas), in
+    the view's schema order; ``None`` for a tool the view does not have."""
+    found = re.search(rf"^- {re.escape(name)}\(([^)\n]*)\)", prompt, re.MULTILINE)
     if found:
-        return found.group(1)
+        args = [part.split(":")[0].strip() for part in found.group(1).split(",") if part.strip()]
+        return f"{name}({', '.join(args)})"
     tool = next((t for t in view.tools if t.name == name), None)
     if tool is None:
         return None
     params = tool.signature().get("parameters", {})
     required = set(params.get("required", []))
-    args = ", ".join(
-        f"{arg}{'' if arg in required else '?'}: {spec.get('type', 'any')}"
-        for arg, spec in params.get("properties", {}).items()
-    )
-    return f"{name}({args})"
+    args = [f"{arg}{'' if arg in required else '?'}" for arg in params.get("properties", {})]
+    return f"{name}({', '.join(args)})"
