@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import tempfile
 import time
@@ -33,6 +32,7 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
+from hat.cpu import cpu_description
 from hat.train import DatagenConfig, generate_dataset, load_rows
 from hat.train.packing import autocast_dtype
 from hat.train.sft import train_sft
@@ -185,7 +185,7 @@ def main() -> None:
             print(json.dumps({"new_bf16_sums": plain}), file=sys.stderr, flush=True)
         curves = _curves(work, data, rows, args.curve_steps)
     report = {
-        "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads",
+        "machine": f"{cpu_description()}, {torch.get_num_threads()} torch threads",
         "rows": len(rows),
         "tokens": total,
         "trained_tokens": trained,
