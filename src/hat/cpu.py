@@ -7,18 +7,30 @@ import os
 __all__ = ["cpu_description", "cpu_supports_bf16", "usable_cores"]
 
 
+def _cpuinfo(path: str = "/proc/cpuinfo") -> tuple[str | None, set[str]]:
+    """``(model name, flags)`` of the first CPU listed in ``path`` (Linux); ``(None, set())`` where
+    it cannot be read."""
+    name: str | None = None
+    flags: set[str] = set()
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and name is None:
+                    name = value.strip()
+                elif key.strip() == "flags" and not flags:
+                    flags = set(value.split())
+                if name is not None and flags:
+                    break
+    except OSError:
+        pass
+    return name, flags
+
+
 def cpu_supports_bf16() -> bool:
     """True when this CPU has native bf16 dot products (AVX-512 BF16 or AMX), read from
     ``/proc/cpuinfo`` (Linux); elsewhere False, so callers stay in float32."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return bool({"avx512_bf16", "amx_bf16"} & flags)
-    except OSError:
-        return False
-    return False
+    return bool({"avx512_bf16", "amx_bf16"} & _cpuinfo()[1])
 
 
 def cpu_description(cpuinfo: str = "/proc/cpuinfo") -> str:
@@ -26,20 +38,10 @@ def cpu_description(cpuinfo: str = "/proc/cpuinfo") -> str:
     decide bf16 speed (``"Intel(R) Xeon(R) Processor, 2 cores, AVX-512 BF16, AMX"``); ``"unknown
     CPU"`` with the core count where ``cpuinfo`` cannot be read. Figures from CPUs with and without
     AMX (bf16 tiles) differ by ~1.7x in bf16 training, so every figure names its CPU."""
-    name, flags = "unknown CPU", set[str]()
-    try:
-        with open(cpuinfo, encoding="utf-8") as fh:
-            for line in fh:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name" and name == "unknown CPU":
-                    name = value.strip()
-                elif key.strip() == "flags" and not flags:
-                    flags = set(value.split())
-    except OSError:
-        pass
+    name, flags = _cpuinfo(cpuinfo)
     named = (("avx512_bf16", "AVX-512 BF16"), ("avx512_vnni", "VNNI"), ("amx_bf16", "AMX"))
     extensions = [label for flag, label in named if flag in flags]
-    return ", ".join([name, f"{usable_cores()} cores", *extensions])
+    return ", ".join([name or "unknown CPU", f"{usable_cores()} cores", *extensions])
 
 
 def usable_cores() -> int:
