@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from hat.allocator import prefer_jemalloc
 from hat.cli.common import DEFAULT_MODEL, StepProgress, error_exit, fail, simulator_policies, stdout_to_stderr
 from hat.errors import HatError
 
@@ -157,6 +158,8 @@ def eval_command(
     from hat.eval.suites import build_cases
 
     _check_options(suite, model, data, hsa, dtype)
+    if model.partition(":")[0] in LOCAL_SPECS:
+        prefer_jemalloc()  # a long run on local weights: re-executed under jemalloc where installed
     weights = _resolve_dtype(dtype, model)
     if batch_invariant and model.partition(":")[0] not in LOCAL_SPECS:
         fail(f"--batch-invariant applies to local models ({', '.join(LOCAL_SPECS)}), not {model!r}")

@@ -27,6 +27,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from hat.allocator import prefer_jemalloc
 from hat.cli.common import StepProgress, check_text_or_exit, error_exit, fail, simulator_policies, stdout_to_stderr
 from hat.errors import HatError
 from hat.train.datagen_config import DatagenConfig
@@ -167,6 +168,7 @@ def run_training(
     on stdout with ``--json``, else ``summary(result)`` on stderr. A bad config or input exits with
     one error line. In a log (stderr not a terminal) the Trainer's tqdm bar is off and plain step
     lines report the progress instead."""
+    prefer_jemalloc()  # a long run: re-executed under jemalloc where installed (hat.allocator)
     plain = not err.is_terminal
     try:
         cfg = make_config({"disable_tqdm": True} if plain else {})
@@ -439,6 +441,7 @@ def datagen_general_command(
     """General-instruction replay rows for SFT: the base model's own answers to general prompts."""
     from hat.train.replay import generate_replay
 
+    prefer_jemalloc()
     check_text_or_exit(config, "replay config")
     try:
         base = ReplayConfig.load(config) if config else ReplayConfig()

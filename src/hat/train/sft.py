@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hat.allocator import allocator_name
 from hat.errors import HatError
 from hat.harness.state import canonical_json, sha256_text
 from hat.provenance import code_version
@@ -73,7 +74,8 @@ class SFTResult:
     ``n_truncated``: rows longer than ``max_length`` (cut at the end by TRL); ``n_harness_states``:
     distinct harness hashes among the rows (replay rows have none), the diversity HSA provides;
     ``wall_s``: this process's wall time (the last leg of a resumed run); ``steps_wall_s``: the
-    summed step times of every leg, from ``steps.jsonl`` (packed path; 0 without it)."""
+    summed step times of every leg, from ``steps.jsonl`` (packed path; 0 without it); ``allocator``:
+    ``jemalloc`` or ``system`` (:mod:`hat.allocator`; the last leg's)."""
 
     output_dir: str
     base: str
@@ -87,6 +89,7 @@ class SFTResult:
     code: dict[str, Any] = field(default_factory=dict)  # hat.provenance.code_version(): the code that trained
     n_harness_states: int = 0
     steps_wall_s: float = 0.0
+    allocator: str = ""  # hat.allocator.allocator_name() of the process that finished the run
 
 
 # -- data -----------------------------------------------------------------------------------------
@@ -411,6 +414,7 @@ def train_sft(
         code=code,
         n_harness_states=len({r["harness_hash"] for r in setup.rows if r.get("harness_hash")}),
         steps_wall_s=_steps_wall(out / STEPS_FILE),
+        allocator=allocator_name(),
     )
     (out / RESULT_FILE).write_text(json.dumps(asdict(result), indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return result

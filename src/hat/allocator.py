@@ -1,0 +1,98 @@
+"""jemalloc for the long CPU commands (``hat train …``, ``hat eval``, ``hat datagen-general``).
+
+A training under glibc's ``malloc`` slows as the process ages: the same steps, recomputed from the
+same checkpoint with equal losses, took 101 s in a process ~100 steps old and 73 s in a fresh one,
+and 55 s in a fresh one under jemalloc, which kept 323 tokens/s over 120 steps at 5.2 GB where glibc
+grew to 15 GB (``reports/stage1m/allocator/``, ``reports/stage1b.md`` §1). The allocator is chosen
+when a process starts, so :func:`prefer_jemalloc` re-executes the command once with
+``LD_PRELOAD=libjemalloc.so.2`` (and :data:`MALLOC_CONF` unless one is set), the way PyTorch's
+CPU performance guide and ``torch.backends.xeon.run_cpu`` use it.
+
+Nothing changes where jemalloc is not installed (Debian/Ubuntu: ``apt-get install libjemalloc2``),
+where it is already loaded, off Linux, or with ``HAT_MALLOC=system``; :func:`allocator_name` says
+which allocator a process runs on, for the run's record.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+__all__ = ["MALLOC_CONF", "allocator_name", "find_jemalloc", "is_hat_process", "prefer_jemalloc", "preload_env"]
+
+#: Keep freed pages (no decay: a training reuses the same sizes every step), return huge blocks
+#: straight to the OS, purge in a background thread — PyTorch's recommended CPU settings.
+MALLOC_CONF = (
+    "oversize_threshold:1,background_thread:true,metadata_thp:auto,dirty_decay_ms:9000000000,muzzy_decay_ms:9000000000"
+)
+#: ``system``: keep the C library's allocator (no re-execution).
+OPT_OUT_VAR = "HAT_MALLOC"
+#: Set in the re-executed process, so a failed preload never loops.
+_REEXEC_VAR = "HAT_MALLOC_REEXEC"
+_LIB = "libjemalloc.so.2"
+_LIB_DIRS = (
+    "/usr/lib/x86_64-linux-gnu",
+    "/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib",
+    "/usr/local/lib",
+)
+
+
+def find_jemalloc(dirs: Sequence[str] = _LIB_DIRS) -> str | None:
+    """Path of ``libjemalloc.so.2`` in the usual library folders (``$HAT_JEMALLOC`` first), or None."""
+    override = os.environ.get("HAT_JEMALLOC")
+    candidates = [override] if override else []
+    candidates += [str(Path(d) / _LIB) for d in dirs]
+    return next((c for c in candidates if c and Path(c).is_file()), None)
+
+
+def allocator_name(maps: str = "/proc/self/maps") -> str:
+    """``"jemalloc"`` when this process has jemalloc mapped, else ``"system"`` (also where the
+    memory map cannot be read)."""
+    try:
+        text = Path(maps).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "system"
+    return "jemalloc" if "libjemalloc" in text else "system"
+
+
+def preload_env(env: Mapping[str, str], lib: str | None, *, loaded: bool) -> dict[str, str] | None:
+    """The environment to re-execute with so that ``lib`` is preloaded, or None to run as is:
+    no library, already loaded, opted out (``HAT_MALLOC=system``) or already re-executed once."""
+    if lib is None or loaded or env.get(OPT_OUT_VAR, "").lower() == "system" or env.get(_REEXEC_VAR):
+        return None
+    new = dict(env)
+    preload = env.get("LD_PRELOAD", "")
+    new["LD_PRELOAD"] = f"{lib}:{preload}" if preload else lib
+    new.setdefault("MALLOC_CONF", MALLOC_CONF)
+    new[_REEXEC_VAR] = "1"
+    return new
+
+
+def is_hat_process(argv0: str) -> bool:
+    """True when ``argv0`` (``sys.argv[0]``) is the ``hat`` command (the console script, ``python -m
+    hat`` or ``python -m hat.cli.main``) — not a program that calls hat's CLI in-process (a test
+    runner, a notebook), which must never be re-executed."""
+    path = Path(argv0)
+    return path.name == "hat" or path.parts[-2:] in {("hat", "__main__.py"), ("cli", "main.py")}
+
+
+def prefer_jemalloc(argv: Sequence[str] | None = None) -> None:
+    """Re-execute this command under jemalloc when :func:`preload_env` says so (Linux, the ``hat``
+    process only); call it first thing in a long-running command, before torch allocates. Returns
+    when nothing is to be done; otherwise never returns (``os.execve``). ``argv``: the command line
+    to run again (default: ``sys.orig_argv``, the interpreter's own, so ``python -m hat`` and the
+    ``hat`` script both work)."""
+    if not sys.platform.startswith("linux") or not is_hat_process(sys.argv[0] if sys.argv else ""):
+        return
+    env = preload_env(os.environ, find_jemalloc(), loaded=allocator_name() == "jemalloc")
+    if env is None:
+        return
+    args = list(argv if argv is not None else getattr(sys, "orig_argv", [sys.executable, *sys.argv]))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, *args[1:]], env)
