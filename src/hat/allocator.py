@@ -1,9 +1,10 @@
 """jemalloc for the long CPU commands (``hat train …``, ``hat eval``, ``hat datagen-general``).
 
-A training under glibc's ``malloc`` slows as the process ages: the same steps, recomputed from the
-same checkpoint with equal losses, took 101 s in a process ~100 steps old and 73 s in a fresh one,
-and 55 s in a fresh one under jemalloc, which kept 323 tokens/s over 120 steps at 5.2 GB where glibc
-grew to 15 GB (``reports/stage1m/allocator/``, ``reports/stage1b.md`` §1). The allocator is chosen
+A training under glibc's ``malloc`` slows as the process ages: on an AMX Xeon the same steps,
+recomputed from the same checkpoint with equal losses, took 101 s in a process ~100 steps old, 73 s
+in a fresh one and 55 s in a fresh one under jemalloc, which kept 323 tokens/s over 120 steps at
+5.2 GB where glibc grew to 15 GB; on an AMD EPYC a fresh process ran within ±5 % on either, in half
+the memory under jemalloc (``reports/stage1m/allocator/``, ``reports/stage1b.md`` §1). The allocator is chosen
 when a process starts, so :func:`prefer_jemalloc` re-executes the command once with
 ``LD_PRELOAD=libjemalloc.so.2`` (and :data:`MALLOC_CONF` unless one is set), the way PyTorch's
 CPU performance guide and ``torch.backends.xeon.run_cpu`` use it.
