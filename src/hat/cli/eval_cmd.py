@@ -158,10 +158,11 @@ def eval_command(
     from hat.eval.suites import build_cases
 
     _check_options(suite, model, data, hsa, dtype)
-    if model.partition(":")[0] in LOCAL_SPECS:
+    local = model.partition(":")[0] in LOCAL_SPECS
+    if local:
         prefer_jemalloc()  # a long run on local weights: re-executed under jemalloc where installed
     weights = _resolve_dtype(dtype, model)
-    if batch_invariant and model.partition(":")[0] not in LOCAL_SPECS:
+    if batch_invariant and not local:
         fail(f"--batch-invariant applies to local models ({', '.join(LOCAL_SPECS)}), not {model!r}")
     if batch_invariant is None:
         batch_invariant = weights in ("bfloat16", "float16")
