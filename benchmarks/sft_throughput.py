@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
+from hat.allocator import allocator_name
 from hat.cpu import cpu_description
 from hat.train import DatagenConfig, generate_dataset, load_rows
 from hat.train.packing import autocast_dtype
@@ -186,6 +187,7 @@ def main() -> None:
         curves = _curves(work, data, rows, args.curve_steps)
     report = {
         "machine": f"{cpu_description()}, {torch.get_num_threads()} torch threads",
+        "allocator": allocator_name(),  # glibc, or jemalloc where preloaded (what `hat train` uses)
         "rows": len(rows),
         "tokens": total,
         "trained_tokens": trained,

@@ -315,9 +315,10 @@ def test_degenerate_policies_fail_in_their_own_way() -> None:
 
 def test_policy_registry() -> None:
     # a superset: other packages register policies too (hat.evolve adds "rule-reader")
-    assert {"oracle", "skill-first", "polite", "invent-prices", "wrong-tool", "no-tools", "memorise"} <= set(POLICIES)
+    teachers = {"oracle", "skill-first", "skill-scan", "skill-scan-args", "skill-scan-answer"}
+    assert teachers | {"polite", "invent-prices", "wrong-tool", "no-tools", "memorise"} <= set(POLICIES)
     assert isinstance(policy_model("oracle", EPISODES["price"], HARNESS), OracleModel)
-    with pytest.raises(ModelSpecError, match="known: oracle, skill-first, skill-scan, skill-scan-args, polite"):
+    with pytest.raises(ModelSpecError, match="known: oracle, skill-first, skill-scan, skill-scan-args, skill-scan-a"):
         policy_model("genius", EPISODES["price"], HARNESS)
     model = policy_model("oracle", EPISODES["price"], HARNESS)
     assert model.name == "oracle" and "".join(model.stream([{"role": "system", "content": ""}]))
@@ -506,8 +507,50 @@ def test_argument_names_from_the_prompt_line_or_the_views_schema() -> None:
 
 
 @pytest.mark.parametrize("key", ["casual_chat", "other"])
-def test_skill_scan_args_leaves_tool_free_episodes_alone(key: str) -> None:
+@pytest.mark.parametrize(
+    ("teacher", "parent"), [("skill-scan-args", "skill-scan"), ("skill-scan-answer", "skill-scan-args")]
+)
+def test_later_teachers_leave_tool_free_episodes_alone(key: str, teacher: str, parent: str) -> None:
     ep = EPISODES[key]
-    assert [r.raw_output for r in run(ep, policy="skill-scan-args").rounds] == [
-        r.raw_output for r in run(ep, policy="skill-scan").rounds
-    ]
+    outputs = [[r.raw_output for r in run(ep, policy=name).rounds] for name in (teacher, parent)]
+    assert outputs[0] == outputs[1]
+
+
+# -- the skill-scan-answer teacher -----------------------------------------------------------------
+def test_skill_scan_answer_names_the_fields_its_reply_states() -> None:
+    harness = rules_follow_renames(renamed_harness())
+    trace = run(EPISODES["stock"], harness, policy="skill-scan-answer")
+    assert trace.status == "ok", trace.context["status_reason"]
+    args = run(EPISODES["stock"], harness, policy="skill-scan-args")
+    assert parse_output(trace.rounds[-1].raw_output, "text").reasoning == "Answer: qty=9, color=red."
+    assert parse_output(args.rounds[-1].raw_output, "text").reasoning in (
+        "Results are in; answer with what the tools returned.",
+        "I have the data now; keep it short and exact.",
+    )
+    # the rounds before the reply, the calls and (one fact) the reply are the skill-scan-args teacher's
+    assert [r.raw_output for r in trace.rounds[:-1]] == [r.raw_output for r in args.rounds[:-1]]
+    assert trace.reply == args.reply and "9 in stock in red M" in trace.reply
+
+
+def test_skill_scan_answer_states_the_asked_fact_first() -> None:
+    """A coupon question whose tool also returns the live price: the older teachers' reply opens
+    with the price; this one opens with the coupon, and its rationale names the code first."""
+    coupon = replace(EPISODES["discount"], gold=replace(EPISODES["discount"].gold, facts=("GLOW5",)))
+    trace = run(coupon, policy="skill-scan-answer")
+    older = run(coupon, policy="skill-scan-args").reply
+    assert trace.status == "ok" and "GLOW5" in trace.reply
+    assert older.index("$25.6") < older.index("GLOW5")  # what attempt 12's students learnt to copy
+    assert trace.reply.index("GLOW5") < trace.reply.index("$25.6")
+    assert parse_output(trace.rounds[-1].raw_output, "text").reasoning.startswith("Answer: code=GLOW5, discount=5")
+
+
+def test_answer_fields_reads_numbers_as_the_judges_do() -> None:
+    from hat.env.oracle import _answer_fields
+
+    result = {"name": "Serum", "price": 32.0, "promo_price": 25.6, "qty": 3, "score": 1,
+              "coupons": [{"code": "GLOW5", "discount": 5, "description": "x" * 40}]}  # fmt: skip
+    reply = "Use code GLOW5 for $5 off! " + "x" * 40 + ". Serum is $25.6 (list $32.0), 30 left."
+    assert _answer_fields(reply, [result]) == ["code=GLOW5", "discount=5", "description"]
+    assert _answer_fields(reply, [result], most=5)[3:] == ["promo_price=25.6", "price=32.0"]  # "3" is not in "30"
+    assert _answer_fields("Serum is on screen now! Score 1.", [result]) == ["name=Serum"]  # the name alone
+    assert _answer_fields("Nothing here.", [result]) == []

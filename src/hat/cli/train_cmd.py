@@ -42,7 +42,7 @@ train_app = typer.Typer(
 )
 
 TEACHER_HELP = (
-    "oracle | skill-first | skill-scan | skill-scan-args (or another simulator policy)"
+    "oracle | skill-first | skill-scan | skill-scan-args | skill-scan-answer (or another simulator policy)"
     " | openai:<base_url>#<model> | hf:<path> | smollm2"
 )
 

@@ -252,6 +252,7 @@ class _Compose:
     unresolved: bool = False  # a planned call never gave data: say so
     compact: bool = False
     rewrites: list[tuple[re.Pattern[str], str]] = field(default_factory=list)  # rules' oracle_rewrites
+    facts_first: bool = False  # sentences stating a gold fact before the rest (the answer teacher)
 
 
 # -- facts from tool results -------------------------------------------------------------------------
@@ -448,6 +449,8 @@ def _compose_reply(ctx: _Compose) -> str:
     opener, closer = (opener if _allowed(opener, ctx) else ""), (closer if _allowed(closer, ctx) else "")
     if ctx.compact:
         opener = closer = ""
+    if ctx.facts_first:  # what was asked first: a student copying the first sentence copies the answer
+        core = sorted(core, key=lambda s: not _has_fact(s, ctx.episode.gold.facts))
     keep = [s for s in core if _has_fact(s, ctx.episode.gold.facts) or s in _PARTIAL] or core[:1]
     for parts in ([opener, *core, closer], [opener, *core], [*core, closer], core, keep):
         text = " ".join(p for p in parts if p)
@@ -519,8 +522,13 @@ class OracleModel(_Policy):
         if retry and state.rounds + 1 < self.harness.limits.max_rounds:
             think = f"{retry[0].name} failed or came back empty; trying again."
             return f"<think>{think}</think>\n" + "\n".join(render_tool_call(c) for c in retry)
-        thoughts = _NO_DATA if self.planned() and not self.results(state) else _GOT_DATA
-        return self.reply(_compose_reply(self.context(state, rng)), rng.choice(thoughts))
+        ctx = self.context(state, rng)
+        text = _compose_reply(ctx)
+        return self.reply(text, self.reply_thought(ctx, text))
+
+    def reply_thought(self, ctx: _Compose, text: str) -> str:
+        """The reply round's rationale: one of two fixed sentences, with or without data."""
+        return ctx.rng.choice(_NO_DATA if self.planned() and not ctx.results else _GOT_DATA)
 
     def planned(self) -> list[tuple[str, ToolCall]]:
         """(function id, call under the view's names) per gold call whose tool the view has."""
@@ -771,3 +779,71 @@ def _argument_names(prompt: str, view: Harness, name: str) -> str | None:
     required = set(params.get("required", []))
     args = [f"{arg}{'' if arg in required else '?'}" for arg in params.get("properties", {})]
     return f"{name}({', '.join(args)})"
+
+
+class SkillScanAnswerOracle(SkillScanArgsOracle):
+    """The skill-scan-args oracle whose reply round names the fields of the tool results that answer
+    the comment before the reply ("Answer: code=LIVE10, threshold=80." where the older teachers wrote
+    one fixed sentence, "Results are in; answer with what the tools returned."), and whose reply
+    states the asked-for fact first ("Use code LIVE10: $10 off $80+. Live price for …").
+
+    Why (reports/stage1m/demo/README.md, attempt 12): the students of the older teachers call the
+    right tool and stay true to its result, then quote the wrong part of it — "any coupon today??"
+    answered with the promo price from a ``get_discount_rules`` result that holds the coupon. Nothing
+    in their rows shows *which* field answers: the rationale was the same for every intent and the
+    reply put the price before the coupon. Here the choice is written down as a short copy step —
+    ``key=value`` pairs read from the results the model has just seen, in the order the reply uses
+    them — and the reply follows it. The rest is :class:`SkillScanArgsOracle`."""
+
+    name = "skill-scan-answer"
+
+    def context(self, state: _State, rng: random.Random, *, limit: int | None = None) -> _Compose:
+        ctx = super().context(state, rng, limit=limit)
+        ctx.facts_first = True
+        return ctx
+
+    def reply_thought(self, ctx: _Compose, text: str) -> str:
+        thought = super().reply_thought(ctx, text)
+        fields = _answer_fields(text, [r for _, r in ctx.results]) if thought in _GOT_DATA else []
+        return f"Answer: {', '.join(fields)}." if fields else thought
+
+
+_ANSWER_SKIP = {"name", "currency", "product", "product_id", "id", "ok", "status"}  # named only when alone
+_ANSWER_NEVER = {"score", "rank"}  # retrieval bookkeeping, never what a viewer asked
+
+
+def _leaves(value: Any, key: str = "") -> Iterator[tuple[str, Any]]:
+    """(key, scalar) for every leaf of a tool result, depth first; a list item keeps its list's key."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _leaves(v, str(k))
+    elif isinstance(value, list):
+        for v in value:
+            yield from _leaves(v, key)
+    elif key and value is not None and not isinstance(value, bool):
+        yield key, value
+
+
+def _answer_fields(reply: str, results: Sequence[dict[str, Any]], *, most: int = 3) -> list[str]:
+    """``key=value`` for the result fields ``reply`` states, in the order it states them (at most
+    ``most``; a value longer than 32 characters by its key alone; the product's name only when
+    nothing else is stated, as for a switch)."""
+    found: dict[str, int] = {}
+    for key, value in (leaf for r in results for leaf in _leaves(r)):
+        text = _num(value)
+        if key in _ANSWER_NEVER or (len(text) < 2 and not is_number(text)):
+            continue
+        if is_number(text):  # as the judges read numbers: "3" is not in "30", "1299" is in "$1,299"
+            hit = re.search(rf"(?<![\d.]){re.escape(text)}(?![\d])", reply)
+            at = (hit.start() if hit else len(reply)) if mentions_number(reply, text) else -1
+        else:
+            hit = re.search(rf"(?<!\w){re.escape(text)}(?!\w)", reply, re.IGNORECASE)
+            at = hit.start() if hit else -1
+        if at < 0:
+            continue
+        item = f"{key}={text}" if len(text) <= 32 else key
+        if item not in found:
+            found[item] = at + (10_000 if key in _ANSWER_SKIP else 0)
+    named = sorted(found, key=lambda k: found[k])
+    plain = [k for k in named if found[k] < 10_000]
+    return (plain or named)[:most]

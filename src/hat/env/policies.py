@@ -15,7 +15,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from hat.env.episode import Episode
-from hat.env.oracle import OracleModel, SkillFirstOracle, SkillScanArgsOracle, SkillScanOracle, _Policy
+from hat.env.oracle import (
+    OracleModel,
+    SkillFirstOracle,
+    SkillScanAnswerOracle,
+    SkillScanArgsOracle,
+    SkillScanOracle,
+    _Policy,
+)
 from hat.env.world import world_catalog
 from hat.errors import ModelSpecError
 from hat.harness.grounding import find_numbers, norm_value, numbers_in
@@ -34,6 +41,7 @@ __all__ = [
     "OracleModel",
     "PolitePolicy",
     "SkillFirstOracle",
+    "SkillScanAnswerOracle",
     "SkillScanArgsOracle",
     "SkillScanOracle",
     "WrongToolPolicy",
@@ -122,6 +130,7 @@ _ALL = (
     SkillFirstOracle,
     SkillScanOracle,
     SkillScanArgsOracle,
+    SkillScanAnswerOracle,
     PolitePolicy,
     InventPricesPolicy,
     WrongToolPolicy,
@@ -136,8 +145,8 @@ def _production() -> Harness:
 
 
 POLICIES: dict[str, type[_Policy]] = {cls.name: cls for cls in _ALL}
-"""Policy name -> class: ``oracle``, ``skill-first``, ``skill-scan``, ``skill-scan-args``, ``polite``,
-``invent-prices``, ``wrong-tool``, ``no-tools``, ``memorise``."""
+"""Policy name -> class: ``oracle``, ``skill-first``, ``skill-scan``, ``skill-scan-args``,
+``skill-scan-answer``, ``polite``, ``invent-prices``, ``wrong-tool``, ``no-tools``, ``memorise``."""
 
 
 def policy_model(name: str, episode: Episode, harness: Harness, seed: int = 0) -> _Policy:
