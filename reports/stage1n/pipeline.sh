@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Attempt 13 (issue 10): attempt 12 (reports/stage1m/pipeline.sh) with the skill-scan-answer teacher
+# (reports/stage1n/datagen.yaml), in attempt 12's order: one HSA seed, then the Fixed-SFT, each with T2,
+# T1 and IFEval; then the second seed; then T3 for all three and the base. Every step is skipped when
+# its output exists; trainings resume from their newest complete checkpoint, evaluations from their
+# finished cases. The replay set is attempt 11's (3,000 prompts answered by the base; committed in
+# reports/stage1l/general/). Run through reports/stage1n/resume.sh.
+set -euo pipefail
+source .venv/bin/activate
+R=${RUNS:-/work/runs/stage1n}
+A=reports/stage1n
+source reports/stage1d/eval_steps.sh
+run() {  # the attempt's data, attempt 11's replay set, then one training
+  ATTEMPT=$A RUNS=$R REPLAY=$R/general REPLAY_SRC=reports/stage1l/general REPLAY_N=3000 ONLY=$1 bash reports/stage1d/run.sh
+}
+run sft-hsa-s0
+ev "hf:$R/sft-hsa-s0" t2:100 t1:100 ifeval:541
+run sft-fixed
+ev "hf:$R/sft-fixed" t2:100 t1:100 ifeval:541
+run sft-hsa-s1
+ev "hf:$R/sft-hsa-s1" t2:100 t1:100 ifeval:541
+for m in "hf:$R/sft-hsa-s0" "hf:$R/sft-hsa-s1" "hf:$R/sft-fixed" smollm2; do ev "$m" t3-tool:100 t3-prompt:100; done
