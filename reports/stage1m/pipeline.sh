@@ -9,7 +9,7 @@
 set -euo pipefail
 source .venv/bin/activate
 R=${RUNS:-/work/runs/stage1m}
-A=reports/stage1m
+A=${ATTEMPT:-reports/stage1m}  # attempt 13 (reports/stage1n/resume.sh) runs this order on its own folder
 source reports/stage1d/eval_steps.sh
 run() {  # the attempt's data, attempt 11's replay set, then one training
   ATTEMPT=$A RUNS=$R REPLAY=$R/general REPLAY_SRC=reports/stage1l/general REPLAY_N=3000 ONLY=$1 bash reports/stage1d/run.sh
