@@ -21,3 +21,6 @@ ev "hf:$R/sft-fixed" t2:100 t1:100 ifeval:541
 run sft-hsa-s1
 ev "hf:$R/sft-hsa-s1" t2:100 t1:100 ifeval:541
 for m in "hf:$R/sft-hsa-s0" "hf:$R/sft-hsa-s1" "hf:$R/sft-fixed" smollm2; do ev "$m" t3-tool:100 t3-prompt:100; done
+# The base model's T2 (never measured in attempts 2-12; base falls back on every episode, so this is the
+# floor the table's T2 column lacks). Added 2026-12-06 after the T3 runs started.
+ev smollm2 t2:100
