@@ -4,9 +4,10 @@
 # newest complete checkpoint (--resume), evaluations from their finished cases. Run through
 # reports/stage23/resume.sh (restores runs saved in reports/stage23/resume/ on a fresh machine).
 #
-# Inputs: the stage-1 models of attempt 11 (reports/stage1l/): HSA-SFT seed 0 and Fixed-SFT, their
-# final adapters restored from reports/stage1l/resume/ when the run folder lacks them. Their rows of
-# the table (and base's) are attempt 11's evaluations (same suites, n and evaluation seed).
+# Inputs: the stage-1 models of attempt 12 (reports/stage1m/): HSA-SFT seed 1 (shipped as
+# smollm2-hat) and Fixed-SFT, their final adapters restored from reports/stage1m/resume/ when the run
+# folder lacks them. Their rows of the table (and base's) are attempt 12's evaluations (same suites,
+# n and evaluation seed).
 #
 # Sizes (2 cores; override by environment): OPD 512 general prompts, 8 per step (64 steps);
 # RL 256 training episodes (datagen seed, never an evaluation seed), G = 4 rollouts per group,
@@ -14,16 +15,17 @@
 set -euo pipefail
 source .venv/bin/activate
 R=${RUNS:-/work/runs/stage23}
-S1=${STAGE1_RUNS:-/work/runs/stage1l}
+S1=${STAGE1_RUNS:-/work/runs/stage1m}
 A=reports/stage23
 RL_STEPS=${RL_STEPS:-100}
+RL_LR=${RL_LR:-1e-5}    # hat train rl's default (TRL's GRPO default)
 source reports/stage1d/eval_steps.sh
 mkdir -p "$R"
 
 finished() { ls "$1"/*_result.json >/dev/null 2>&1; }
 resume_flag() { ls -d "$1"/checkpoint-* >/dev/null 2>&1 && echo --resume || true; }
 stage1() {  # a stage-1 run folder with its final adapter (restored from the committed copy if need be)
-  local run="$S1/$1" saved="reports/stage1l/resume/$1"
+  local run="$S1/$1" saved="reports/stage1m/resume/$1"
   if ! finished "$run" && [ -f "$saved/sft_result.json" ]; then mkdir -p "$run" && cp -r "$saved"/. "$run/"; fi
   finished "$run" || { echo "pipeline.sh: stage-1 model $run has not finished training" >&2; exit 1; }
   echo "$run"
@@ -35,11 +37,11 @@ opd() {  # student, out
 rl() {  # start, out, extra options...
   local start="$1" out="$2"; shift 2
   finished "$out" || hat train rl --model "$start" --out "$out" --episodes 256 -G 4 --batch-size 8 \
-    --max-steps "$RL_STEPS" --save-steps 2 --threads 2 $(resume_flag "$out") "$@"
+    --max-steps "$RL_STEPS" --lr "$RL_LR" --save-steps 2 --threads 2 $(resume_flag "$out") "$@"
 }
 SUITES=(ifeval:541 t1:100 t2:100 t3-tool:100 t3-prompt:100)
 
-HSA=$(stage1 sft-hsa-s0)
+HSA=$(stage1 sft-hsa-s1)
 opd "$HSA" "$R/opd-hsa"
 ev "hf:$R/opd-hsa" "${SUITES[@]}"
 rl "$R/opd-hsa" "$R/rl-hat"                                   # HAT: segment-decomposed GDPO, HSA at RL
