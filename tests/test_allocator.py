@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hat.allocator import MALLOC_CONF, allocator_name, find_jemalloc, is_hat_process, preload_env
+from hat.allocator import MALLOC_CONF, ON_POLICY_MALLOC_CONF, allocator_name, find_jemalloc, is_hat_process, preload_env
 
 LIB = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
 
@@ -101,3 +101,10 @@ def test_a_hat_process_runs_itself_again_under_jemalloc(tmp_path: Path, opt_out:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"{expected} ['train', '--x', 'a b']"
+
+
+def test_preload_env_takes_a_commands_own_config() -> None:
+    env = preload_env({}, LIB, loaded=False, conf=ON_POLICY_MALLOC_CONF)
+    assert env is not None and env["MALLOC_CONF"] == ON_POLICY_MALLOC_CONF != MALLOC_CONF
+    kept = preload_env({"MALLOC_CONF": "narenas:1"}, LIB, loaded=False, conf=ON_POLICY_MALLOC_CONF)
+    assert kept is not None and kept["MALLOC_CONF"] == "narenas:1"

@@ -21,13 +21,27 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["MALLOC_CONF", "allocator_name", "find_jemalloc", "is_hat_process", "prefer_jemalloc", "preload_env"]
+__all__ = [
+    "MALLOC_CONF",
+    "ON_POLICY_MALLOC_CONF",
+    "allocator_name",
+    "find_jemalloc",
+    "is_hat_process",
+    "prefer_jemalloc",
+    "preload_env",
+]
 
 #: Keep freed pages (no decay: a training reuses the same sizes every step), return huge blocks
 #: straight to the OS, purge in a background thread — PyTorch's recommended CPU settings.
 MALLOC_CONF = (
     "oversize_threshold:1,background_thread:true,metadata_thp:auto,dirty_decay_ms:9000000000,muzzy_decay_ms:9000000000"
 )
+#: For the on-policy trainings (``hat train opd``/``rl``): never return freed pages. Each step
+#: samples (small buffers) and then runs a forward with autograd over a batch whose shapes differ
+#: from the last step's; with pages returned in between, that forward re-faults gigabytes of
+#: memory every step. On an AMD EPYC (2 cores) an OPD step of 8 prompts took 181 s under
+#: :data:`MALLOC_CONF` and 70 s under this (steps 2–3, 13 GB resident; reports/hat.md).
+ON_POLICY_MALLOC_CONF = "dirty_decay_ms:-1,muzzy_decay_ms:-1"
 #: ``system``: keep the C library's allocator (no re-execution).
 OPT_OUT_VAR = "HAT_MALLOC"
 #: Set in the re-executed process, so a failed preload never loops.
@@ -61,15 +75,18 @@ def allocator_name(maps: str = "/proc/self/maps") -> str:
     return "jemalloc" if "libjemalloc" in text else "system"
 
 
-def preload_env(env: Mapping[str, str], lib: str | None, *, loaded: bool) -> dict[str, str] | None:
-    """The environment to re-execute with so that ``lib`` is preloaded, or None to run as is:
-    no library, already loaded, opted out (``HAT_MALLOC=system``) or already re-executed once."""
+def preload_env(
+    env: Mapping[str, str], lib: str | None, *, loaded: bool, conf: str = MALLOC_CONF
+) -> dict[str, str] | None:
+    """The environment to re-execute with so that ``lib`` is preloaded (with ``MALLOC_CONF=conf``
+    unless the environment sets one), or None to run as is: no library, already loaded, opted out
+    (``HAT_MALLOC=system``) or already re-executed once."""
     if lib is None or loaded or env.get(OPT_OUT_VAR, "").lower() == "system" or env.get(_REEXEC_VAR):
         return None
     new = dict(env)
     preload = env.get("LD_PRELOAD", "")
     new["LD_PRELOAD"] = f"{lib}:{preload}" if preload else lib
-    new.setdefault("MALLOC_CONF", MALLOC_CONF)
+    new.setdefault("MALLOC_CONF", conf)
     new[_REEXEC_VAR] = "1"
     return new
 
@@ -82,15 +99,15 @@ def is_hat_process(argv0: str) -> bool:
     return path.name == "hat" or path.parts[-2:] in {("hat", "__main__.py"), ("cli", "main.py")}
 
 
-def prefer_jemalloc(argv: Sequence[str] | None = None) -> None:
+def prefer_jemalloc(argv: Sequence[str] | None = None, *, conf: str = MALLOC_CONF) -> None:
     """Re-execute this command under jemalloc when :func:`preload_env` says so (Linux, the ``hat``
     process only); call it first thing in a long-running command, before torch allocates. Returns
     when nothing is to be done; otherwise never returns (``os.execve``). ``argv``: the command line
     to run again (default: ``sys.orig_argv``, the interpreter's own, so ``python -m hat`` and the
-    ``hat`` script both work)."""
+    ``hat`` script both work); ``conf``: jemalloc's options unless ``MALLOC_CONF`` is set."""
     if not sys.platform.startswith("linux") or not is_hat_process(sys.argv[0] if sys.argv else ""):
         return
-    env = preload_env(os.environ, find_jemalloc(), loaded=allocator_name() == "jemalloc")
+    env = preload_env(os.environ, find_jemalloc(), loaded=allocator_name() == "jemalloc", conf=conf)
     if env is None:
         return
     args = list(argv if argv is not None else getattr(sys, "orig_argv", [sys.executable, *sys.argv]))

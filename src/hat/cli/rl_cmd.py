@@ -15,6 +15,7 @@ from typing import Any
 
 import typer
 
+from hat.allocator import ON_POLICY_MALLOC_CONF
 from hat.cli.common import check_text_or_exit
 from hat.cli.train_cmd import ConfigOption, OptionTable, load_training_config, run_training, when_on
 from hat.train.rl_defaults import ADVANTAGES, RL
@@ -99,6 +100,7 @@ def rl_command(
         lambda extra: _rl_config(config, overrides | extra),
         as_json=as_json,
         summary=_summary,
+        malloc_conf=ON_POLICY_MALLOC_CONF,  # sampling between forwards: keep the pages (hat.allocator)
     )
 
 

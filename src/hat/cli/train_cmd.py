@@ -27,7 +27,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from hat.allocator import prefer_jemalloc
+from hat.allocator import MALLOC_CONF, prefer_jemalloc
 from hat.cli.common import StepProgress, check_text_or_exit, error_exit, fail, simulator_policies, stdout_to_stderr
 from hat.errors import HatError
 from hat.train.datagen_config import DatagenConfig
@@ -162,13 +162,14 @@ def run_training(
     *,
     as_json: bool,
     summary: Callable[[Any], str],
+    malloc_conf: str = MALLOC_CONF,
 ) -> None:
     """Build the config (``make_config(extra)``: ``extra`` holds the overrides this function adds),
     run ``train(config, callbacks=…)`` with progress on stderr and print the result: one JSON object
     on stdout with ``--json``, else ``summary(result)`` on stderr. A bad config or input exits with
     one error line. In a log (stderr not a terminal) the Trainer's tqdm bar is off and plain step
-    lines report the progress instead."""
-    prefer_jemalloc()  # a long run: re-executed under jemalloc where installed (hat.allocator)
+    lines report the progress instead. ``malloc_conf``: jemalloc's options (:mod:`hat.allocator`)."""
+    prefer_jemalloc(conf=malloc_conf)  # a long run: re-executed under jemalloc where installed (hat.allocator)
     plain = not err.is_terminal
     try:
         cfg = make_config({"disable_tqdm": True} if plain else {})
