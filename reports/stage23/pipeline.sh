@@ -18,7 +18,7 @@ R=${RUNS:-/work/runs/stage23}
 S1=${STAGE1_RUNS:-/work/runs/stage1m}
 A=reports/stage23
 RL_STEPS=${RL_STEPS:-100}
-RL_LR=${RL_LR:-1e-5}    # hat train rl's default (TRL's GRPO default)
+RL_LR=${RL_LR:-1e-5}    # hat train rl's default: 10× TRL's full fine-tuning rate, for LoRA
 source reports/stage1d/eval_steps.sh
 mkdir -p "$R"
 

@@ -1,0 +1,186 @@
+"""The full HAT table of issue 14 (report's Table 4 layout), its targets and the Figure-5-style grid.
+
+usage (repo root, .venv active):
+    python reports/stage23/make_table.py --eval reports/stage23/eval --eval reports/stage1m/eval \\
+        --eval reports/stage1l/eval --eval reports/stage1b/eval \\
+        --runs /work/runs/stage23 --out reports/stage23/table
+
+Rows: base, Fixed-SFT, HSA-SFT (attempt 12's seed 1, shipped as smollm2-hat), + OPD, + HSA-RL = HAT,
+and the ablations (RL with plain GRPO, RL without HSA); the Figure-5 grid adds the Fixed-SFT model
+through the same stages (HSA at SFT × HSA at RL). Scores, standard errors and deltas come from
+``reports/stage1b/make_report.py`` (the same summaries and case logs). Writes ``table.md``
+(scores ± SE with deltas against base, the targets with their numbers, q(L) and wall time per
+stage) and ``figure5.png`` (T2 and T3-tool of the 2 × 2 grid) when its four models are measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "stage1b"))
+from make_report import SUITES, _cell, _get, load
+
+RUNS = "/work/runs/stage23"
+MODELS = {  # row name: (label, eval slug)
+    "base": ("base SmolLM2", "smollm2"),
+    "fixed": ("Fixed-SFT", "hf__work_runs_stage1m_sft-fixed"),
+    "hsa": ("HSA-SFT (smollm2-hat)", "hf__work_runs_stage1m_sft-hsa-s1"),
+    "opd": ("+ OPD", "hf__work_runs_stage23_opd-hsa"),
+    "hat": ("+ HSA-RL = HAT (segments)", "hf__work_runs_stage23_rl-hat"),
+    "grpo": ("ablation: RL with plain GRPO", "hf__work_runs_stage23_rl-grpo"),
+    "nohsa": ("ablation: RL without HSA", "hf__work_runs_stage23_rl-nohsa"),
+    "fixed-hsa": ("Fixed-SFT → OPD → HSA-RL", "hf__work_runs_stage23_rl-fixed-hsa"),
+    "fixed-nohsa": ("Fixed-SFT → OPD → RL without HSA", "hf__work_runs_stage23_rl-fixed-nohsa"),
+}
+STAGES = {  # run folder: the result file its trainer writes
+    "opd-hsa": "opd_result.json",
+    "rl-hat": "rl_result.json",
+    "rl-grpo": "rl_result.json",
+    "rl-nohsa": "rl_result.json",
+    "opd-fixed": "opd_result.json",
+    "rl-fixed-hsa": "rl_result.json",
+    "rl-fixed-nohsa": "rl_result.json",
+}
+
+
+def _diff(scores: dict, a: str, b: str, suite: str) -> tuple[float, float] | None:
+    """``(a − b, combined SE)`` on ``suite``, or None where either is not measured."""
+    x, y = _get(scores, a, suite), _get(scores, b, suite)
+    if x is None or y is None:
+        return None
+    return x["score"] - y["score"], math.sqrt((x["se"] or 0) ** 2 + (y["se"] or 0) ** 2)
+
+
+def q_of(run: Path, last: int = 10) -> float | None:
+    """Mean q(L) over the last ``last`` logged RL steps (``rl_diagnostics.jsonl``), or None."""
+    path = run / "rl_diagnostics.jsonl"
+    if not path.is_file():
+        return None
+    rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+    qs = [r["hat/q"] for r in rows if r.get("hat/q") is not None][-last:]
+    return statistics.fmean(qs) if qs else None
+
+
+def targets(scores: dict, runs: Path) -> list[str]:
+    out = []
+    ife = _diff(scores, "opd", "base", "ifeval")
+    out.append(
+        "- + OPD IFEval within 2 of base: not measured"
+        if ife is None
+        else f"- + OPD IFEval within 2 of base: {'met' if ife[0] >= -2 else 'missed'} ({ife[0]:+.1f})"
+    )
+    for suite in ("t1", "t2"):
+        d = _diff(scores, "opd", "hsa", suite)
+        out.append(
+            f"- + OPD {suite.upper()} within 2 of HSA-SFT: not measured"
+            if d is None
+            else f"- + OPD {suite.upper()} within 2 of HSA-SFT: {'met' if d[0] >= -2 else 'missed'} ({d[0]:+.1f})"
+        )
+    for suite in ("t2", "t3-tool"):
+        d = _diff(scores, "hat", "opd", suite)
+        name = f"- HAT − (+ OPD) on {suite} ≥ +3 and > 2 combined SE"
+        out.append(
+            f"{name}: not measured"
+            if d is None
+            else f"{name}: {'met' if d[0] >= 3 and d[0] > 2 * d[1] else 'missed'} ({d[0]:+.1f}; 2 SE = {2 * d[1]:.1f})"
+        )
+    q = q_of(runs / "rl-hat")
+    out.append(
+        "- HAT q(L) ≥ 0.95: not measured"
+        if q is None
+        else f"- HAT q(L) ≥ 0.95 (mean of the last 10 training steps): {'met' if q >= 0.95 else 'missed'} ({q:.3f})"
+    )
+    d = _diff(scores, "hat", "grpo", "t2")
+    out.append(
+        "- segment-decomposed ≥ plain GRPO on T2 (equal steps): not measured"
+        if d is None
+        else f"- segment-decomposed ≥ plain GRPO on T2 (equal steps): {'met' if d[0] >= 0 else 'missed'}"
+        f" ({d[0]:+.1f}; 2 SE = {2 * d[1]:.1f})"
+    )
+    return out
+
+
+def walls(runs: Path) -> list[str]:
+    lines = ["| run | steps | wall |", "|---|---|---|"]
+    for name, result in STAGES.items():
+        path = runs / name / result
+        if path.is_file():
+            r = json.loads(path.read_text(encoding="utf-8"))
+            lines.append(f"| {name} | {r['global_step']} | {r['wall_s'] / 3600:.2f} h |")
+    return lines
+
+
+def table(scores: dict, runs: Path) -> str:
+    lines = ["| model | " + " | ".join(SUITES) + " |", "|---|" + "---|" * len(SUITES)]
+    for name, (label, _) in MODELS.items():
+        if name in scores:
+            cells = [_cell(_get(scores, name, s), None if name == "base" else _get(scores, "base", s)) for s in SUITES]
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Score ± standard error (n = 100 episodes per suite, IFEval 541 prompts, prompt-level strict);"
+        " deltas against base.",
+        "",
+        "Targets (issue 14):",
+        *targets(scores, runs),
+        "",
+        "Wall time per stage (this machine's trainer, from its result file):",
+        "",
+        *walls(runs),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def figure5(scores: dict, out: Path) -> bool:
+    grid = {("no", "no"): "fixed-nohsa", ("no", "yes"): "fixed-hsa", ("yes", "no"): "nohsa", ("yes", "yes"): "hat"}
+    if any(_get(scores, m, "t2") is None for m in grid.values()):
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    for ax, suite in zip(axes, ("t2", "t3-tool"), strict=True):
+        for i, sft in enumerate(("no", "yes")):
+            entries = [_get(scores, grid[(sft, rl)], suite) or {"score": 0.0, "se": 0.0} for rl in ("no", "yes")]
+            ax.bar(
+                [j + i * 0.4 for j in range(2)],
+                [e["score"] for e in entries],
+                0.4,
+                yerr=[e["se"] or 0.0 for e in entries],
+                capsize=3,
+                label=f"HSA at SFT: {sft}",
+            )
+        ax.set_xticks([0.2, 1.2], ["HSA at RL: no", "HSA at RL: yes"])
+        ax.set_title(suite)
+        ax.set_ylim(0, 100)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "figure5.png", dpi=120)
+    plt.close(fig)
+    return True
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--eval", type=Path, action="append", required=True, help="eval folder (repeatable)")
+    parser.add_argument("--runs", type=Path, default=Path(RUNS), help="issue 14's run folder")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    scores = load(args.eval, {name: slug for name, (_, slug) in MODELS.items()})
+    args.out.mkdir(parents=True, exist_ok=True)
+    text = table(scores, args.runs)
+    (args.out / "table.md").write_text(text, encoding="utf-8")
+    print(text)
+    if figure5(scores, args.out):
+        print(f"wrote {args.out / 'figure5.png'}")
+
+
+if __name__ == "__main__":
+    main()
