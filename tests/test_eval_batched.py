@@ -241,11 +241,94 @@ def test_generate_batch_equals_generate(tiny_spec: str, cases: list[Case]) -> No
     again = model.generate_batch(follow, plain, cache_keys=[f"k{i}" for i in range(len(chats))])
     assert [g.text for g in again] == [model.generate(c, plain).text for c in follow]
     assert all(g.cached_tokens >= b.prompt_tokens - 1 for g, b in zip(again, batched, strict=True))
-    # Sampling is not batched: rows run one by one, each as generate would with the same seed.
+    # Sampling is batched too: each row draws with its own seed exactly what it draws alone.
     sampled = GenerationConfig(max_new_tokens=8, temperature=1.5, seed=3)
     assert [g.text for g in model.generate_batch(chats[:2], sampled)] == [
         model.generate(c, sampled).text for c in chats[:2]
     ]
+
+
+def test_sampled_rows_draw_alone_what_they_draw_in_a_batch(tiny_spec: str, cases: list[Case]) -> None:
+    from hat.models import TransformersModel, load_model
+
+    model = load_model(tiny_spec)
+    assert isinstance(model, TransformersModel)
+    chats = [c.trace.to_messages()[:2] for c in run_cases("t1", cases, "oracle").cases]
+    config = GenerationConfig(max_new_tokens=30, temperature=1.0, top_p=0.9)
+    seeds = [11, 12, 13, 11, 12]
+    batched = model.generate_batch(chats, config, cache_keys=[f"s{i}" for i in range(len(chats))], seeds=seeds)
+    alone = [model.generate(c, GenerationConfig(max_new_tokens=30, temperature=1.0, top_p=0.9, seed=s)) for c, s in
+             zip(chats, seeds, strict=True)]  # fmt: skip
+    fields = [(g.text, g.completion_tokens, g.finish_reason) for g in alone]
+    assert [(g.text, g.completion_tokens, g.finish_reason) for g in batched] == fields
+    # It samples (other seeds, other tokens) and a seed repeats its draw.
+    other = model.generate_batch(chats, config, seeds=[21, 22, 23, 24, 25])
+    assert [g.text for g in other] != [g.text for g in batched]
+    assert [g.text for g in model.generate_batch(chats, config, seeds=seeds)] == [g.text for g in batched]
+    with pytest.raises(ValueError, match="seeds"):
+        model.generate_batch(chats, config, seeds=[1])
+
+
+def test_sampling_warps_logits_as_transformers_does() -> None:
+    import torch
+    from transformers import TemperatureLogitsWarper, TopPLogitsWarper
+
+    from hat.models.transformers_batch import Sampling
+
+    logits = torch.randn(200, generator=torch.Generator().manual_seed(0)) * 3
+    for temperature, top_p in ((1.0, 1.0), (0.7, 0.9), (1.3, 0.5), (1.0, 1e-6)):
+        ours = Sampling(temperature, top_p).warp(logits)
+        scores = TemperatureLogitsWarper(temperature)(None, logits.unsqueeze(0).clone())
+        if top_p < 1.0:
+            scores = TopPLogitsWarper(top_p)(None, scores)
+        assert torch.equal(torch.isinf(ours), torch.isinf(scores[0]))
+        assert torch.allclose(ours[~torch.isinf(ours)], scores[0][~torch.isinf(scores[0])])
+    assert int((~torch.isinf(Sampling(1.0, 1e-6).warp(logits))).sum()) == 1  # at least one token is kept
+
+
+def test_map_batched_runs_items_together_in_order() -> None:
+    from hat.models.batching import map_batched
+
+    echo = _Echo()
+    out = map_batched(echo, ["a", "b", "c"], lambda item, m: m.generate([{"role": "user", "content": item}]).text)
+    assert out == ["a", "b", "c"]
+    assert echo.batches == [["a", "b", "c"]]  # one batch of three, in item order
+    with pytest.raises(ModelError, match="bad prompt"):
+        map_batched(echo, ["x", "bad"], lambda item, m: m.generate([{"role": "user", "content": item}]).text)
+    plain = object()  # no generate_batch: runs in this thread, one after another
+    assert map_batched(plain, [1, 2], lambda item, m: (item, m is plain)) == [(1, True), (2, True)]  # type: ignore[arg-type]
+
+
+def test_sampled_requests_with_their_own_seeds_share_a_batch() -> None:
+    class _Seeded(_Echo):
+        seeds: list[list[int]]
+
+        def generate_batch(self, conversations: Any, config: Any = None, *, cache_keys: Any = None,
+                           seeds: Any = None) -> list[Generation]:  # fmt: skip
+            self.seeds.append(list(seeds))
+            return super().generate_batch(conversations, config, cache_keys=cache_keys)
+
+    seeded, plain = _Seeded(), _Echo()
+    seeded.seeds = []
+    for inner in (seeded, plain):
+        batcher = BatchingModel(inner, workers=3)
+        out: dict[int, str] = {}
+
+        def work(i: int, batcher: BatchingModel = batcher, out: dict[int, str] = out) -> None:
+            config = GenerationConfig(temperature=1.0, seed=100 + i)
+            with batcher.tagged(i):
+                out[i] = batcher.generate([{"role": "user", "content": f"m{i}"}], config).text
+            batcher.retire()
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        batcher.close()
+        assert out == {0: "m0", 1: "m1", 2: "m2"}
+    assert seeded.batches == [["m0", "m1", "m2"]] and seeded.seeds == [[100, 101, 102]]
+    assert plain.batches == [["m0"], ["m1"], ["m2"]]  # without per-row seeds, each seed is its own batch
 
 
 def test_eval_cli_batch_size_and_dtype(tiny_spec: str, tmp_path: Any) -> None:

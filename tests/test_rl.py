@@ -337,6 +337,36 @@ def test_rollouts_sample_the_live_policy_weights(setup: dict[str, Any], tmp_path
     assert first_outputs() != before  # the weights being trained are the weights sampled
 
 
+def test_rollouts_of_a_step_decode_together_and_equal_rollouts_one_by_one(
+    setup: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The live policy's rollouts run batched (one thread each, sampled with per-rollout seeds);
+    each draws what it draws when the rollouts run one after another."""
+    import hat.train.rollouts as rollouts_module
+
+    config = _config(tmp_path / "out", setup["folder"], max_new_tokens=12, hsa_prob=0.5)
+    trainer = build_rl_trainer(config, episodes=setup["episodes"])
+    trainer.model.train()
+    prompts = [e.episode_id for e in setup["episodes"] for _ in range(2)]
+    calls: list[int] = []
+    batched_map = rollouts_module.map_batched
+
+    def spy(model: Any, items: Any, fn: Any) -> Any:
+        calls.append(len(items))
+        return batched_map(model, items, fn)
+
+    def rounds() -> list[Any]:
+        trainer._rollout_func(prompts, trainer)
+        return [([r.raw_output for r in x.trace.rounds], x.tokens.completion_ids, x.rewards) for x in trainer._rollouts]
+
+    monkeypatch.setattr(rollouts_module, "map_batched", spy)
+    together = rounds()
+    assert calls == [4]  # all four rollouts of the step in one batched map
+    monkeypatch.setattr(rollouts_module, "map_batched", lambda model, items, fn: [fn(i, model) for i in items])
+    assert rounds() == together
+    assert len({tuple(r[0]) for r in together}) > 1  # the rollouts differ (sampled, per-rollout seeds)
+
+
 def test_normalize_then_sum_matches_trl_arithmetic() -> None:
     from trl.trainer.utils import nanstd
 

@@ -33,16 +33,16 @@ from __future__ import annotations
 
 import inspect
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 from hat.errors import ModelError
 from hat.models.base import Generation, GenerationConfig, Message, Model, ModelBackend, Stream
 from hat.models.invariant import engines_for
 
-__all__ = ["BatchingModel", "supports_batching"]
+__all__ = ["BatchingModel", "map_batched", "supports_batching"]
 
 
 def supports_batching(model: Model) -> bool:
@@ -54,6 +54,20 @@ def supports_batching(model: Model) -> bool:
         return "cache_keys" in inspect.signature(method).parameters
     except (TypeError, ValueError):
         return False
+
+
+def _takes_seeds(model: Any) -> bool:
+    """Whether ``model.generate_batch`` takes per-row ``seeds`` (so sampled rows can share a batch)."""
+    try:
+        return "seeds" in inspect.signature(model.generate_batch).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _batch_key(config: GenerationConfig, per_row_seeds: bool) -> GenerationConfig:
+    """Requests whose configs differ only in their sampling seed share a batch where the model takes
+    per-row seeds (a greedy config's seed changes nothing)."""
+    return replace(config, seed=None) if per_row_seeds or config.temperature <= 0 else config
 
 
 @dataclass(eq=False)
@@ -224,24 +238,65 @@ class BatchingModel(ModelBackend):
                 self._cond.notify_all()
 
     def _run(self, batch: list[_Request]) -> None:
-        """Fill every request's result or error; never raises."""
+        """Fill every request's result or error; never raises. Requests batch by config (by config
+        but the seed, with each row's own seed, where the inner model takes ``seeds``)."""
+        seeded = _takes_seeds(self.inner)
         groups: dict[GenerationConfig, list[_Request]] = {}
         for request in batch:
-            groups.setdefault(request.config, []).append(request)
+            groups.setdefault(_batch_key(request.config, seeded), []).append(request)
         for config, requests in groups.items():
             self.batches.append(len(requests))
             keys = [None if r.cache_key is None else f"{r.cache_key}#{r.tag}" for r in requests]
+            extra = {"seeds": [r.config.seed for r in requests]} if seeded else {}
             try:
-                results = self.inner.generate_batch([r.messages for r in requests], config, cache_keys=keys)
+                results = self.inner.generate_batch([r.messages for r in requests], config, cache_keys=keys, **extra)
             except Exception:
-                self._run_alone(requests, config, keys)
+                self._run_alone(requests, None, keys)
                 continue
             for request, result in zip(requests, results, strict=True):
                 request.result = result
 
-    def _run_alone(self, requests: list[_Request], config: GenerationConfig, keys: list[str | None]) -> None:
+    def _run_alone(self, requests: list[_Request], config: GenerationConfig | None, keys: list[str | None]) -> None:
+        """Each request through the inner ``generate`` (``config``: all requests', else each its own)."""
         for request, key in zip(requests, keys, strict=True):
             try:
-                request.result = self.inner.generate(request.messages, config, cache_key=key)
+                request.result = self.inner.generate(request.messages, config or request.config, cache_key=key)
             except Exception as exc:
                 request.error = exc
+
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def map_batched(model: Model, items: Sequence[T], fn: Callable[[T, Model], R]) -> list[R]:
+    """``[fn(item, shared) for item in items]``, each call on a worker thread of its own, all
+    sharing one :class:`BatchingModel` around ``model`` so that their model calls decode together
+    (``fn`` runs a synchronous agent loop; tools and judges run on its thread). Results come back
+    in item order; the first exception (in item order) is raised after every worker stopped. A
+    model without ``generate_batch``, or a single item, runs in this thread, one item after another."""
+    if len(items) < 2 or not supports_batching(model):
+        return [fn(item, model) for item in items]
+    results: list[Any] = [None] * len(items)
+    errors: list[tuple[int, BaseException]] = []
+    with BatchingModel(model, workers=len(items)) as batcher:
+
+        def work(index: int) -> None:
+            try:
+                with batcher.tagged(index):
+                    results[index] = fn(items[index], batcher)
+            except BaseException as exc:  # re-raised in the calling thread
+                errors.append((index, exc))
+            finally:
+                batcher.retire()
+
+        threads = [
+            threading.Thread(target=work, args=(i,), name=f"hat-map-{i}", daemon=True) for i in range(len(items))
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    if errors:
+        raise min(errors, key=lambda e: e[0])[1]
+    return results

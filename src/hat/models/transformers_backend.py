@@ -14,8 +14,11 @@ Design decisions:
 - **Adapters.** A folder with ``adapter_config.json`` is a PEFT adapter: its base is read from
   ``base_model_name_or_path`` (``"smollm2"`` means the bundled model; a relative path is tried
   against the adapter folder too) and the adapter is merged for inference speed.
-- **Greedy by default**; with ``temperature > 0`` it samples and ``seed`` seeds torch first.
-  Stop strings stop generation (``stop_strings`` criteria) and are cut from the text.
+- **Greedy by default**; with ``temperature > 0`` it samples: as a batch of one through the batched
+  decoder with a ``torch.Generator`` seeded by ``seed`` (so a conversation draws the same tokens
+  alone or in any batch; RL rollouts rely on it), or — streaming, speculative, batch-invariant or
+  logits-processor models — through ``generate`` after ``torch.manual_seed(seed)``. Stop strings
+  stop generation (``stop_strings`` criteria) and are cut from the text.
 - **KV-cache sessions.** The rounds of one request each extend the previous prompt, so under a
   ``cache_key`` the backend keeps the ``DynamicCache`` of the last call with the token ids it
   holds. The next call with that key keeps the longest common token prefix (cropping the rest,
@@ -23,8 +26,8 @@ Design decisions:
   from) and passes the full ids plus the cache to ``generate``, which encodes only the suffix.
   ``cached_tokens`` reports the reused prefix. Sessions are LRU-bounded (default 8).
 - **Batches.** :meth:`TransformersModel.generate_batch` decodes many conversations together
-  (greedy; :mod:`hat.models.transformers_batch` says how and why not ``generate`` on a padded
-  batch), with per-row sessions under ``cache_keys``; ``hat eval`` drives it through
+  (greedy or sampled; :mod:`hat.models.transformers_batch` says how and why not ``generate`` on a
+  padded batch), with per-row sessions (and per-row seeds) under ``cache_keys``; ``hat eval`` drives it through
   :class:`~hat.models.batching.BatchingModel`. Results equal :meth:`~TransformersModel.generate`'s.
 - **Batch-invariant decoding** (``batch_invariant=True``, what ``hat eval --dtype bfloat16`` uses;
   :mod:`hat.models.invariant`): fixed-shape forward passes (a fixed number of decode rows, row-by-row
@@ -93,6 +96,7 @@ from hat.models.invariant import InvariantConfig
 from hat.models.transformers_batch import (
     BatchRow,
     InvariantSlots,
+    Sampling,
     Stopper,
     crop_to,
     decode_greedy,
@@ -496,7 +500,8 @@ class TransformersModel(ModelBackend):
                 self._sessions.pop(cache_key, None)
 
     def _generate(self, messages: Sequence[Message], config: GenerationConfig, cache_key: str | None) -> Generation:
-        if self.invariant is not None and self._batchable(config):  # alone = a batch of one, same kernels
+        # alone = a batch of one: the same kernels (batch-invariant), the same per-row sampler (sampling)
+        if (self.invariant is not None or config.temperature > 0) and self._batchable(config):
             return self.generate_batch([messages], config, cache_keys=[cache_key])[0]
         return self._run(messages, config, cache_key, None, None)
 
@@ -506,15 +511,20 @@ class TransformersModel(ModelBackend):
         config: GenerationConfig | None = None,
         *,
         cache_keys: Sequence[str | None] | None = None,
+        seeds: Sequence[int | None] | None = None,
     ) -> list[Generation]:
         """Generate for several conversations at once; each result is what :meth:`generate` gives it.
 
-        Greedy decoding of a plain decoder (the usual case) runs batched
+        Greedy decoding or sampling of a plain decoder (the usual case) runs batched
         (:mod:`hat.models.transformers_batch`: rows prefilled one by one from their longest cached
         prefix, then decoded together, each leaving the batch when it stops). Text, token counts and
         finish reasons equal :meth:`generate`'s up to float rounding (different matmul shapes), which
-        changes a greedy pick only on a near-exact tie. Sampling, or a model with logits processors
-        or a cache the batched path does not handle, runs the rows one by one. A batch-invariant
+        changes a greedy pick only on a near-exact tie. With ``temperature > 0`` each row samples with a
+        ``torch.Generator`` of its own, seeded with its entry of ``seeds`` (default: ``config.seed``
+        for every row), so a row draws the same tokens alone (``generate`` samples as a batch of
+        one) or beside any others. A model with logits processors, a speculative model, or a cache
+        the batched path does not handle, runs the rows one by one (sampling a batch-invariant model
+        too: its engines are greedy). A batch-invariant
         model decodes the batch with continuous batching on one engine per usable core
         (:class:`ContinuousEngine`), each result identical to the row decoded alone.
 
@@ -523,25 +533,32 @@ class TransformersModel(ModelBackend):
         row before it in the batch, so prompts sharing a system prompt encode it once."""
         config = config or GenerationConfig()
         keys: list[str | None] = list(cache_keys) if cache_keys is not None else [None] * len(conversations)
-        if len(keys) != len(conversations):
-            raise ValueError(f"{len(conversations)} conversations but {len(keys)} cache keys")
+        row_seeds = list(seeds) if seeds is not None else [config.seed] * len(conversations)
+        if len(keys) != len(conversations) or len(row_seeds) != len(conversations):
+            raise ValueError(f"{len(conversations)} conversations but {len(keys)} cache keys, {len(row_seeds)} seeds")
         if not conversations:
             return []
         if not self._batchable(config):
-            return [self.generate(m, config, cache_key=k) for m, k in zip(conversations, keys, strict=True)]
+            return [
+                self.generate(m, replace(config, seed=seed), cache_key=k)
+                for m, k, seed in zip(conversations, keys, row_seeds, strict=True)
+            ]
         if self.invariant is not None:
             return self._generate_engines(conversations, config, keys)
         start = time.perf_counter()
         encoded = [self._encode(m) for m in conversations]
+        sampling = Sampling(config.temperature, config.top_p) if config.temperature > 0 else None
         with self._lock:
             try:
-                rows = self._prefill_rows(encoded, keys)
+                generators = [None if sampling is None else sampling.generator(s, self.model.device) for s in row_seeds]
+                rows = self._prefill_rows(encoded, keys, generators, sampling)
                 decode_greedy(
                     self.model,
                     rows,
                     self._stopper(config),
                     cache_kwarg=self._cache_kwarg,
                     new_cache=self._new_cache,
+                    sampling=sampling,
                 )
             except Exception as exc:
                 raise ModelError(f"{self.name}: batch generation failed ({type(exc).__name__}: {exc})") from exc
@@ -689,8 +706,9 @@ class TransformersModel(ModelBackend):
         return proposed, sum(kept - 1 for kept in chunks)
 
     def _batchable(self, config: GenerationConfig) -> bool:
-        """Greedy decoding with no logits processors on a model whose cache is plain ``DynamicLayer``s."""
-        if config.temperature > 0 or self.speculative:
+        """Greedy decoding, or sampling on a model that is not batch-invariant, with no logits
+        processors on a model whose cache is plain ``DynamicLayer``s."""
+        if self.speculative or (config.temperature > 0 and self.invariant is not None):
             return False
         if self._fast is None:
             cache_utils = _require("transformers.cache_utils", "transformers")
@@ -713,12 +731,20 @@ class TransformersModel(ModelBackend):
         eos_ids = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
         return Stopper(eos_ids, config.max_new_tokens, criteria)
 
-    def _prefill_rows(self, encoded: list[list[int]], keys: list[str | None]) -> list[BatchRow]:
+    def _prefill_rows(
+        self,
+        encoded: list[list[int]],
+        keys: list[str | None],
+        generators: Sequence[Any] | None = None,
+        sampling: Sampling | None = None,
+    ) -> list[BatchRow]:
         rows: list[BatchRow] = []
-        for ids, key in zip(encoded, keys, strict=True):
+        for i, (ids, key) in enumerate(zip(encoded, keys, strict=True)):
             cache, cached = self._prefix_cache(ids, key, rows)
-            row = BatchRow(ids, cache, cached, keep=key is not None)
-            prefill(self.model, row, cache_kwarg=self._cache_kwarg)
+            row = BatchRow(
+                ids, cache, cached, keep=key is not None, generator=None if generators is None else generators[i]
+            )
+            prefill(self.model, row, cache_kwarg=self._cache_kwarg, sampling=sampling)
             rows.append(row)
         return rows
 

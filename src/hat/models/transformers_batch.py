@@ -1,5 +1,6 @@
-"""Batched greedy decoding for :class:`~hat.models.TransformersModel`: one forward pass per new token
-for many conversations, each row decoded as if it were alone.
+"""Batched decoding for :class:`~hat.models.TransformersModel`: one forward pass per new token for
+many conversations, each row decoded as if it were alone — greedy, or sampled from a generator of
+its own.
 
 Why not ``model.generate`` on one left-padded batch (what ``generate_batch`` did before):
 
@@ -20,6 +21,11 @@ token per row at that row's own position, with a mask that hides the left paddin
 equal the unbatched ones up to float rounding of the different matmul shapes, and greedy picks the
 same token unless two logits tie to the last bits. Stop strings are checked with transformers' own
 ``StopStringCriteria`` on each row's ids, so a row stops on the token ``generate`` would stop on.
+
+Sampling (:class:`Sampling`, for RL rollouts): each row draws from its own ``torch.Generator``
+(seeded per row), after transformers' temperature and top-p warpers (the same arithmetic as
+``TemperatureLogitsWarper`` and ``TopPLogitsWarper``), so a row's tokens depend on its seed and
+its own logits only — not on which rows decode beside it, nor on the global RNG.
 """
 
 from __future__ import annotations
@@ -32,10 +38,12 @@ from typing import Any
 __all__ = [
     "BatchRow",
     "InvariantSlots",
+    "Sampling",
     "Stopper",
     "crop_to",
     "decode_greedy",
     "decode_invariant",
+    "pick_tokens",
     "prefill",
     "prefill_chunks",
     "slice_cache",
@@ -56,12 +64,65 @@ class BatchRow:
     first_token_at: float | None = None
     done_at: float | None = None
     kept: Any = None
+    generator: Any = None  # sampling: this row's torch.Generator (None: greedy)
     canonical: int = 0  # batch-invariant decoding: leading keys other rows may share (hat.models.invariant)
 
     @property
     def encoded(self) -> int:
         """Tokens whose KV is in the row's cache: the prompt and all new tokens but the last."""
         return len(self.ids) + len(self.new_ids) - 1
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Temperature and nucleus sampling of a batch (each row with its own ``generator``)."""
+
+    temperature: float
+    top_p: float = 1.0
+
+    def generator(self, seed: int | None, device: Any) -> Any:
+        """A generator for one row: seeded with ``seed``, else from the global RNG's entropy."""
+        import torch
+
+        generator = torch.Generator(device=device)
+        if seed is None:
+            generator.seed()
+        else:
+            generator.manual_seed(seed)
+        return generator
+
+    def warp(self, logits: Any) -> Any:
+        """A row's float logits ``[vocab]`` through ``TemperatureLogitsWarper`` and then
+        ``TopPLogitsWarper`` (keep the smallest set of tokens whose probability reaches ``top_p``,
+        at least one; the rest get ``-inf``)."""
+        import torch
+
+        scores = logits / self.temperature
+        if self.top_p < 1.0:
+            ordered, index = torch.sort(scores, descending=False)
+            cumulative = ordered.softmax(dim=-1).cumsum(dim=-1)
+            remove = cumulative <= (1 - self.top_p)
+            remove[-1:] = False
+            scores = scores.masked_fill(remove.scatter(0, index, remove), -float("inf"))
+        return scores
+
+    def pick(self, logits: Any, generator: Any) -> int:
+        """One token drawn with ``generator`` from the softmax of :meth:`warp`."""
+        import torch
+
+        return int(torch.multinomial(self.warp(logits).softmax(dim=-1), 1, generator=generator))
+
+
+def pick_tokens(logits: Any, rows: Sequence[BatchRow], sampling: Sampling | None) -> list[int]:
+    """Each row's next token from the last-position logits ``[rows, vocab]``: the argmax (the first
+    maximum, as ``generate`` picks), or a draw with the row's generator."""
+    logits = logits.float()
+    if sampling is None or all(r.generator is None for r in rows):
+        return [int(t) for t in logits.argmax(-1).tolist()]
+    return [
+        int(logits[i].argmax(-1)) if row.generator is None else sampling.pick(logits[i], row.generator)
+        for i, row in enumerate(rows)
+    ]
 
 
 class Stopper:
@@ -88,9 +149,9 @@ class Stopper:
         return [bool(self.criteria(torch.tensor([t]), None)[0]) for t in tails]
 
 
-def prefill(model: Any, row: BatchRow, *, cache_kwarg: str) -> None:
+def prefill(model: Any, row: BatchRow, *, cache_kwarg: str, sampling: Sampling | None = None) -> None:
     """Encode ``row.ids[row.cached:]`` onto ``row.cache`` (the forward pass ``generate`` runs first)
-    and pick the row's first new token."""
+    and pick the row's first new token (:func:`pick_tokens`)."""
     import torch
 
     device = model.device
@@ -100,7 +161,7 @@ def prefill(model: Any, row: BatchRow, *, cache_kwarg: str) -> None:
         out = model(
             input_ids=suffix, position_ids=positions, use_cache=True, logits_to_keep=1, **{cache_kwarg: row.cache}
         )
-    row.new_ids.append(_argmax(out.logits))
+        row.new_ids.append(pick_tokens(out.logits[:, -1, :], [row], sampling)[0])
     row.first_token_at = time.perf_counter()
 
 
@@ -276,14 +337,16 @@ def decode_greedy(
     *,
     cache_kwarg: str,
     new_cache: Callable[[], Any],
+    sampling: Sampling | None = None,
 ) -> None:
-    """Greedy-decode prefilled rows in place, stepping the unfinished ones together."""
+    """Decode prefilled rows in place, stepping the unfinished ones together: greedy, or with
+    ``sampling`` each row with a ``generator`` draws its tokens (:func:`pick_tokens`)."""
     import torch
 
     active = _finish(rows, stopper)
     if active:
         with torch.inference_mode():
-            _Decoder(model, active, stopper, cache_kwarg, new_cache).run()
+            _Decoder(model, active, stopper, cache_kwarg, new_cache, sampling).run()
 
 
 def _argmax(logits: Any) -> int:
@@ -326,10 +389,11 @@ class _Decoder:
         stopper: Stopper,
         cache_kwarg: str,
         new_cache: Callable[[], Any],
+        sampling: Sampling | None = None,
     ) -> None:
         import torch
 
-        self.model, self.rows, self.stopper = model, rows, stopper
+        self.model, self.rows, self.stopper, self.sampling = model, rows, stopper, sampling
         self.cache_kwarg, self.new_cache = cache_kwarg, new_cache
         self.width = max(r.encoded for r in rows)
         self.starts = [self.width - r.encoded for r in rows]
@@ -372,7 +436,7 @@ class _Decoder:
             logits_to_keep=1,
             **{self.cache_kwarg: self.cache},
         )
-        picks = out.logits[:, -1, :].float().argmax(-1).tolist()
+        picks = pick_tokens(out.logits[:, -1, :], self.rows, self.sampling)
         self.width += 1
         for row, token in zip(self.rows, picks, strict=True):
             row.new_ids.append(int(token))

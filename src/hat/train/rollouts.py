@@ -43,6 +43,7 @@ from hat.harness.tools import ToolRegistry
 from hat.harness.trace import Round, Trace
 from hat.judge import SEGMENTS, judge_trace, q
 from hat.models.base import GenerationConfig, Message, Model
+from hat.models.batching import map_batched
 from hat.train.datagen import (
     RecordingModel,
     char_spans_to_token_spans,
@@ -260,20 +261,33 @@ class RolloutRunner:
         )
 
     def run(self, jobs: Sequence[RolloutJob], policy: RolloutPolicy, tokenizer: Any) -> list[Rollout]:
-        """Run every job (in order) and score it."""
+        """Run every job and score it; results in job order. When the policy gives every job the
+        same model and that model decodes batches (the trainer's live policy), the rollouts run
+        together, one thread each, their model calls batched (:func:`~hat.models.batching.map_batched`;
+        each rollout samples with its own seed, so its tokens do not depend on its neighbours);
+        otherwise one after another."""
         registries: dict[str, ToolRegistry] = {}
+        for job in jobs:  # built up front: the worker threads only read the registries
+            key = job.harness.content_hash()
+            if key not in registries:
+                registries[key] = ToolRegistry(job.harness)
         try:
-            return [self._run_one(job, policy(job), tokenizer, registries) for job in jobs]
+            models = [policy(job) for job in jobs]
+            if models and all(m is models[0] for m in models):
+                return map_batched(models[0], list(jobs), lambda job, m: self._run_one(job, m, tokenizer, registries))
+            return [self._run_one(job, m, tokenizer, registries) for job, m in zip(jobs, models, strict=True)]
         finally:
             for registry in registries.values():
                 registry.close()
 
     def _run_one(self, job: RolloutJob, model: Model, tokenizer: Any, registries: dict[str, ToolRegistry]) -> Rollout:
-        key = job.harness.content_hash()
-        if key not in registries:
-            registries[key] = ToolRegistry(job.harness)
         recorder = RecordingModel(model)
-        agent = Agent(job.harness, recorder, tools=registries[key], generation=self.generation(job.harness, job.seed))
+        agent = Agent(
+            job.harness,
+            recorder,
+            tools=registries[job.harness.content_hash()],
+            generation=self.generation(job.harness, job.seed),
+        )
         trace = run_episode(agent, job.episode)
         messages = recorded_conversation(recorder, trace)
         tokens = rollout_tokens(messages, trace.rounds, tokenizer) if messages else inert_tokens(tokenizer)
