@@ -40,7 +40,10 @@ MALLOC_CONF = (
 #: samples (small buffers) and then runs a forward with autograd over a batch whose shapes differ
 #: from the last step's; with pages returned in between, that forward re-faults gigabytes of
 #: memory every step. On an AMD EPYC (2 cores) an OPD step of 8 prompts took 181 s under
-#: :data:`MALLOC_CONF` and 70 s under this (steps 2–3, 13 GB resident; reports/hat.md).
+#: :data:`MALLOC_CONF`, ~120 s with pages returned after 60–300 s, and 70 s under this. The price:
+#: resident memory grows ~0.5 GB a step (13 GB at step 3, 24 GB by step 25), so a long run must be
+#: restarted from its checkpoint before it fills the machine (``reports/stage23/pipeline.sh``
+#: does it at a memory limit; reports/hat.md § Sizing).
 ON_POLICY_MALLOC_CONF = "dirty_decay_ms:-1,muzzy_decay_ms:-1"
 #: ``system``: keep the C library's allocator (no re-execution).
 OPT_OUT_VAR = "HAT_MALLOC"
