@@ -359,9 +359,20 @@ def test_rollouts_of_a_step_decode_together_and_equal_rollouts_one_by_one(
         trainer._rollout_func(prompts, trainer)
         return [([r.raw_output for r in x.trace.rounds], x.tokens.completion_ids, x.rewards) for x in trainer._rollouts]
 
+    import hat.models.transformers_backend as backend_module
+
+    sizes: list[int] = []
+    decode = backend_module.decode_greedy
+
+    def counted(model: Any, rows: Any, *args: Any, **kwargs: Any) -> None:
+        sizes.append(len(rows))
+        decode(model, rows, *args, **kwargs)
+
+    monkeypatch.setattr(backend_module, "decode_greedy", counted)
     monkeypatch.setattr(rollouts_module, "map_batched", spy)
     together = rounds()
     assert calls == [4]  # all four rollouts of the step in one batched map
+    assert max(sizes) > 1  # and their rounds really decoded as batches of sampled rows
     monkeypatch.setattr(rollouts_module, "map_batched", lambda model, items, fn: [fn(i, model) for i in items])
     assert rounds() == together
     assert len({tuple(r[0]) for r in together}) > 1  # the rollouts differ (sampled, per-rollout seeds)
