@@ -46,7 +46,7 @@ guarded() {  # out, command...
       local kb; kb=$(ps -o rss= --ppid "$pid" -p "$pid" 2>/dev/null | sort -n | tail -1 | tr -d ' ')
       if [ -n "$kb" ] && [ "$kb" -gt $((MEM_LIMIT_GB * 1024 * 1024)) ]; then
         echo "pipeline.sh: $out at $((kb / 1024 / 1024)) GB resident; restarting from its last checkpoint" >&2
-        pkill -P "$pid" 2>/dev/null; kill "$pid" 2>/dev/null; killed=1
+        pkill -P "$pid" 2>/dev/null || true; kill "$pid" 2>/dev/null || true; killed=1  # (set -e)
       fi
     done
     wait "$pid" || [ "$killed" = 1 ] || return 1
