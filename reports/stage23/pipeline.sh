@@ -43,7 +43,7 @@ guarded() {  # out, command...
     local pid=$! killed=0
     while kill -0 "$pid" 2>/dev/null; do
       sleep 10
-      local kb; kb=$(ps -o rss= --ppid "$pid" -p "$pid" 2>/dev/null | sort -n | tail -1 | tr -d ' ')
+      local kb; kb=$(ps -o rss= --ppid "$pid" -p "$pid" 2>/dev/null | sort -n | tail -1 | tr -d ' ') || kb=""  # gone: ps fails
       if [ -n "$kb" ] && [ "$kb" -gt $((MEM_LIMIT_GB * 1024 * 1024)) ]; then
         echo "pipeline.sh: $out at $((kb / 1024 / 1024)) GB resident; restarting from its last checkpoint" >&2
         pkill -P "$pid" 2>/dev/null || true; kill "$pid" 2>/dev/null || true; killed=1  # (set -e)
