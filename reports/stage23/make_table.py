@@ -106,12 +106,17 @@ def targets(scores: dict, runs: Path) -> list[str]:
 
 
 def walls(runs: Path) -> list[str]:
-    lines = ["| run | steps | wall |", "|---|---|---|"]
+    """Per finished run: its steps and the sum of its logged step times (a run resumed in several
+    processes has only the last one's wall in its result file)."""
+    lines = ["| run | steps | sum of step times |", "|---|---|---|"]
     for name, result in STAGES.items():
         path = runs / name / result
         if path.is_file():
             r = json.loads(path.read_text(encoding="utf-8"))
-            lines.append(f"| {name} | {r['global_step']} | {r['wall_s'] / 3600:.2f} h |")
+            log = runs / name / ("opd_log.jsonl" if result.startswith("opd") else "rl_diagnostics.jsonl")
+            rows = [json.loads(x) for x in log.read_text(encoding="utf-8").splitlines() if x.strip()]
+            total = sum(float(row.get("step_time", 0.0)) for row in rows)
+            lines.append(f"| {name} | {r['global_step']} | {total / 3600:.2f} h |")
     return lines
 
 
