@@ -93,6 +93,7 @@ class BatchingModel(ModelBackend):
         if not supports_batching(inner):
             raise TypeError(f"{getattr(inner, 'name', inner)!r} has no generate_batch(..., cache_keys=...)")
         self.inner = inner
+        self._seeded = _takes_seeds(inner)  # per-row seeds: sampled requests share a batch
         self.name: str = inner.name
         self.batches: list[int] = []  # the size of every batch run, in order (for reports and tests)
         self._live = workers
@@ -240,7 +241,7 @@ class BatchingModel(ModelBackend):
     def _run(self, batch: list[_Request]) -> None:
         """Fill every request's result or error; never raises. Requests batch by config (by config
         but the seed, with each row's own seed, where the inner model takes ``seeds``)."""
-        seeded = _takes_seeds(self.inner)
+        seeded = self._seeded
         groups: dict[GenerationConfig, list[_Request]] = {}
         for request in batch:
             groups.setdefault(_batch_key(request.config, seeded), []).append(request)

@@ -267,11 +267,11 @@ class RolloutRunner:
         each rollout samples with its own seed, so its tokens do not depend on its neighbours);
         otherwise one after another."""
         registries: dict[str, ToolRegistry] = {}
-        for job in jobs:  # built up front: the worker threads only read the registries
-            key = job.harness.content_hash()
-            if key not in registries:
-                registries[key] = ToolRegistry(job.harness)
         try:
+            for job in jobs:  # built up front: the worker threads only read the registries
+                key = job.harness.content_hash()
+                if key not in registries:
+                    registries[key] = ToolRegistry(job.harness)
             models = [policy(job) for job in jobs]
             if models and all(m is models[0] for m in models):
                 return map_batched(models[0], list(jobs), lambda job, m: self._run_one(job, m, tokenizer, registries))
