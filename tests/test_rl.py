@@ -86,6 +86,7 @@ def _config(out: Path, model: Path | str, **changes: Any) -> HatRLConfig:
         "model": str(model),
         "num_generations": 2,
         "per_device_train_batch_size": 4,
+        "gradient_accumulation_steps": 1,
         "max_steps": 1,
         "learning_rate": 5e-2,
         "save_steps": 1000,
@@ -237,6 +238,57 @@ def test_rl_step_changes_lora_weights_and_writes_diagnostics(setup: dict[str, An
     assert any(p.requires_grad for n, p in model.named_parameters() if "lora_" in n)
 
 
+def test_micro_batches_give_the_update_of_one_batch(setup: dict[str, Any], tmp_path: Path) -> None:
+    """A step's rollouts trained as two micro-batches of two (gradient accumulation; TRL shuffles the
+    generation batch before splitting it) move the weights as one batch of four does: the token
+    advantages travel with their rows and the token normaliser spans the whole generation batch."""
+    moved = []
+    for batch, accum in ((4, 1), (2, 2)):
+        config = _config(
+            tmp_path / f"b{batch}",
+            f"hf:{setup['folder']}",
+            per_device_train_batch_size=batch,
+            gradient_accumulation_steps=accum,
+            optim="sgd",
+            learning_rate=1.0,
+            autocast_bf16=False,
+        )
+        trainer = build_rl_trainer(config, episodes=setup["episodes"], policy=_mixed)
+        before = _trainable(trainer)
+        trainer.train()
+        after = _trainable(trainer)
+        moved.append({k: after[k] - before[k] for k in before})
+    assert any(float(d.abs().max()) > 1e-4 for d in moved[0].values())  # the step did move the weights
+    for key, delta in moved[0].items():
+        torch.testing.assert_close(moved[1][key], delta, rtol=1e-4, atol=1e-6)
+
+
+def test_bf16_autocast_step_follows_float32(setup: dict[str, Any], tmp_path: Path) -> None:
+    """The loss under bf16 autocast (LoRA deltas summed in float32) is float32's within bf16's
+    rounding, and it moves the weights the same way."""
+    runs = {}
+    for bf16 in (False, True):
+        config = _config(tmp_path / f"bf16-{bf16}", f"hf:{setup['folder']}", autocast_bf16=bf16, optim="sgd")
+        trainer = build_rl_trainer(config, episodes=setup["episodes"], policy=_mixed)
+        assert (trainer.autocast is not None) == bf16
+        before = _trainable(trainer)
+        output = trainer.train()
+        after = _trainable(trainer)
+        runs[bf16] = (output.training_loss, torch.cat([(after[k] - before[k]).flatten() for k in before]))
+    (loss32, delta32), (loss16, delta16) = runs[False], runs[True]
+    assert float(delta32.abs().max()) > 0
+    assert abs(loss16 - loss32) <= 0.05 * abs(loss32) + 1e-3
+    assert float(torch.nn.functional.cosine_similarity(delta16, delta32, dim=0)) > 0.95
+
+
+def test_too_few_episodes_for_one_generation_batch_is_an_error(setup: dict[str, Any], tmp_path: Path) -> None:
+    config = _config(
+        tmp_path / "few", f"hf:{setup['folder']}", per_device_train_batch_size=2, gradient_accumulation_steps=4
+    )
+    with pytest.raises(HatError, match="needs at least 4 episodes"):  # 8 rollouts in groups of 2 = 4 episodes
+        build_rl_trainer(config, episodes=setup["episodes"][:3], policy=_mixed)
+
+
 def test_an_interrupted_run_resumes_to_the_same_weights_and_diagnostics(setup: dict[str, Any], tmp_path: Path) -> None:
     """Two steps straight vs. one step, a crash (the second checkpoint and the outputs lost, a torn
     diagnostics line) and ``--resume``: the same adapter bit for bit, the same diagnostics. The
@@ -315,7 +367,7 @@ def test_token_advantages_feed_trl_loss_and_lower_it_on_a_fixed_batch(setup: dic
 
 def test_rollouts_sample_the_live_policy_weights(setup: dict[str, Any], tmp_path: Path) -> None:
     config = _config(tmp_path / "out", setup["folder"], max_new_tokens=6, hsa_prob=0.0)
-    trainer = build_rl_trainer(config, episodes=setup["episodes"][:1])
+    trainer = build_rl_trainer(config, episodes=setup["episodes"][:2])
     trainer.model.train()
     prompts = [setup["episodes"][0].episode_id] * 2
 
@@ -457,7 +509,7 @@ def test_cli_trains_the_live_policy_end_to_end(setup: dict[str, Any], tmp_path: 
     app.command()(rl_command)
     out = tmp_path / "cli"
     args = ["--model", f"hf:{setup['folder']}", "--out", str(out), "--episodes", "2", "--max-steps", "1", lora]
-    args += ["-G", "2", "--batch-size", "2", "--max-new-tokens", "4", "--threads", "1", "--json"]
+    args += ["-G", "2", "--batch-size", "2", "--grad-accum", "1", "--max-new-tokens", "4", "--threads", "1", "--json"]
     done = CliRunner().invoke(app, args)
     assert done.exit_code == 0, done.output
     result = json.loads(done.stdout)

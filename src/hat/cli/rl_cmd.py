@@ -37,8 +37,13 @@ RL_OPTIONS = OptionTable(
         "advantage": ConfigOption("advantage", f"Advantage: {' | '.join(ADVANTAGES)}"),
         "cot_lambda": ConfigOption("cot_lambda", "λ, weight of the CoT-length term q(L)"),
         "group_size": ConfigOption("num_generations", "Rollouts per group G (same episode and harness)"),
-        "batch_size": ConfigOption("per_device_train_batch_size", "Rollouts per step and device (a multiple of G)"),
-        "grad_accum": ConfigOption("gradient_accumulation_steps", "Gradient accumulation steps"),
+        "batch_size": ConfigOption(
+            "per_device_train_batch_size", "Rollouts per forward/backward pass and device (a micro-batch)"
+        ),
+        "grad_accum": ConfigOption(
+            "gradient_accumulation_steps",
+            "Micro-batches per optimizer step; rollouts per step = batch size × this × devices (a multiple of G)",
+        ),
         "max_steps": ConfigOption("max_steps", "Optimizer steps; unset, num_train_epochs decides"),
         "lr": ConfigOption("learning_rate", "Learning rate"),
         "beta": ConfigOption("beta", "KL coefficient to the reference policy (0: no reference)"),
@@ -48,6 +53,11 @@ RL_OPTIONS = OptionTable(
         "lora_r": ConfigOption("lora_r", "LoRA rank"),
         "save_steps": ConfigOption("save_steps", "Checkpoint every N steps"),
         "seed": ConfigOption("seed", "Training seed (also seeds the coin flips and sampling)"),
+        "bf16": ConfigOption(
+            "autocast_bf16",
+            "bf16 autocast of the loss's forward/backward (rollouts generate in float32)",
+            unset="on where the CPU/GPU has native bf16",
+        ),
         "threads": ConfigOption("torch_threads", "torch CPU threads (1 is faster on a busy CPU)", unset="torch's"),
         "resume": ConfigOption(
             "resume_from_checkpoint",
@@ -73,7 +83,7 @@ def rl_command(
     advantage: str | None = _RO("advantage"),
     cot_lambda: float | None = _RO("cot_lambda", min=0.0),
     group_size: int | None = _RO("group_size", "--group-size", "-G", min=2),
-    batch_size: int | None = _RO("batch_size", min=2),
+    batch_size: int | None = _RO("batch_size", min=1),
     grad_accum: int | None = _RO("grad_accum", min=1),
     max_steps: int | None = _RO("max_steps", min=1),
     lr: float | None = _RO("lr"),
@@ -84,6 +94,7 @@ def rl_command(
     lora_r: int | None = _RO("lora_r", min=1),
     save_steps: int | None = _RO("save_steps", min=1),
     seed: int | None = _RO("seed"),
+    bf16: bool | None = _RO("bf16", "--bf16/--fp32"),
     threads: int | None = _RO("threads", min=1),
     resume: bool = _RO("resume", "--resume", default=False),
     config: Path | None = typer.Option(None, "--config", help="HatRLConfig YAML (any TRL field); options override."),

@@ -9,9 +9,9 @@ One training step, end to end:
    real runtime with the trainer's **own module** as the model — each step wraps the live
    (unwrapped) policy in a :class:`~hat.models.TransformersModel`, so the weights sampled are the
    weights being trained, and no KV cache outlives the step. Rollouts are sampled at TRL's
-   ``temperature``, one after another: the batched decoder (:mod:`hat.models.transformers_batch`)
-   is greedy only, and greedy rollouts of one group would be identical. What the backend does reuse
-   is the KV cache of the shared prefix (rounds of a rollout, the system prompt across a group).
+   ``temperature`` and run together, their model calls decoded as batches
+   (:func:`~hat.models.batching.map_batched`; each row samples with its own seed, so a rollout's
+   tokens do not depend on its neighbours). ``hat/rollout_s`` logs their wall time per step.
 2. **Advantages** (:mod:`hat.train.gdpo`): computed on the batch gathered from every process,
    scattered to each segment's tokens; sequences with all-zero advantages leave the loss (their
    ``tool_mask`` row is zeroed and the token count TRL normalises by is recomputed).
@@ -53,6 +53,8 @@ from hat.errors import HatError
 from hat.harness.loader import load_harness
 from hat.train.checkpoints import adapter_base_callback, fix_adapter_base, resume_checkpoint, trim_step_log
 from hat.train.gdpo import scatter_to_tokens, segment_advantages, zero_advantage_groups
+from hat.train.lora_precision import lora_sum_in_float32
+from hat.train.packing import autocast_dtype
 from hat.train.rl_config import HatRLConfig
 from hat.train.rollouts import Rollout, RolloutJob, RolloutPolicy, RolloutRunner
 from hat.train.trl_configs import lora_config
@@ -121,12 +123,16 @@ class HatGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         self.episodes = {e.episode_id: e for e in episodes}
         self.fixed_policy = policy
         self._rollouts: list[Rollout] = []
+        self._rollout_s = 0.0  # wall time of the last step's rollouts (``hat/rollout_s``)
         readers: list[Any] = [_reward_reader(n) for n in [*runner.dims, "q"]]
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*rollout_func.*experimental", category=UserWarning)
             super().__init__(reward_funcs=readers, rollout_func=self._rollout_func, **kwargs)
         # TRL's logged "reward" becomes the plain scalar Σ_d r_d − λ·q(L) (its advantages are replaced)
         self.reward_weights = torch.tensor([1.0] * len(runner.dims) + [-self.rl_args.cot_lambda])
+        self.autocast = autocast_dtype(str(self.args.device), self.rl_args.autocast_bf16)
+        if self.autocast is not None and self.rl_args.lora_float32_sum:
+            lora_sum_in_float32(self.model)  # outside autocast (the rollouts) PEFT's own forward runs
 
     @property
     def rl_args(self) -> HatRLConfig:
@@ -152,7 +158,9 @@ class HatGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         offset = self.accelerator.process_index * len(prompts)
         episodes = [self.episodes[str(p)] for p in prompts]
         jobs = self.runner.plan(episodes, self.group_size, self.state.global_step, offset)
+        start = time.perf_counter()
         rollouts = self._run(jobs)
+        self._rollout_s = time.perf_counter() - start
         self._rollouts = rollouts
         return {
             "prompt_ids": [r.tokens.prompt_ids for r in rollouts],
@@ -190,6 +198,15 @@ class HatGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
                 yield lambda job: backend
             finally:
                 unwrapped.train(was_training)
+
+    def compute_loss(
+        self, model: Any, inputs: Any, return_outputs: bool = False, num_items_in_batch: Any = None
+    ) -> Any:
+        """TRL's loss, under bf16 autocast when :attr:`autocast` is set (``autocast_bf16``)."""
+        if self.autocast is None:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        with torch.autocast(self.accelerator.device.type, dtype=self.autocast):
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
     # -- advantages -------------------------------------------------------------------------------
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -247,6 +264,8 @@ class HatGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         metrics["hat/hsa_share"].append(sum(r.job.kind == "hsa" for r in rollouts) / n)
         metrics["hat/tool_segment"].append(sum("tool" in r.tokens.segments for r in rollouts) / n)
         metrics["hat/ok"].append(sum(r.trace.status == "ok" for r in rollouts) / n)
+        metrics["hat/rounds"].append(sum(len(r.trace.rounds) for r in rollouts) / n)
+        metrics["hat/rollout_s"].append(self._rollout_s)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         super().log(logs, start_time)  # TRL merges its averaged metrics into ``logs``
@@ -374,6 +393,12 @@ def build_rl_trainer(
     from datasets import Dataset
 
     chosen = list(episodes) if episodes is not None else rl_episodes(config)
+    needed = int(config.generation_batch_size or 0) // int(config.num_generations or 1)
+    if len(chosen) < needed:  # TRL's sampler would yield no batch at all: a run of zero steps
+        raise HatError(
+            f"a generation batch of {config.generation_batch_size} rollouts in groups of {config.num_generations} "
+            f"needs at least {needed} episodes; got {len(chosen)} (raise --episodes or lower --batch-size/--grad-accum)"
+        )
     model, tokenizer, base_ref, peft_config = loaded if loaded is not None else load_policy(config)
     runner = RolloutRunner(
         production=load_harness(config.harness),

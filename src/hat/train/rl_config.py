@@ -23,11 +23,20 @@ HAT's fields:
 - ``cot_lambda``: λ, the weight of the CoT-length term (the report's 0.1); ``advantage_eps``: ε.
 - ``max_new_tokens``: tokens per model call in a rollout (unset: the harness's
   ``limits.max_new_tokens``, what production uses).
+- ``autocast_bf16`` / ``lora_float32_sum``: the loss's forward and backward run under bf16 autocast
+  where the CPU/GPU has native bf16 (None = detect), each LoRA delta summed in float32 — as
+  ``hat train sft`` (:mod:`hat.train.lora_precision`). The rollouts generate in the model's own dtype
+  (outside autocast). With TRL's ``num_iterations`` 1 the PPO ratio's old log-probabilities are the
+  new ones detached, so the ratio stays exactly 1 whatever the precision.
 
 TRL/transformers defaults HAT changes (values in :mod:`hat.train.rl_defaults`), and why:
 
-- ``num_generations`` 4, ``per_device_train_batch_size`` 8: two groups of four per step, sized for
-  a 2-core CPU; raise both on a GPU (the report's G is 8).
+- ``num_generations`` 4, ``per_device_train_batch_size`` 2, ``gradient_accumulation_steps`` 4: a
+  step's generation batch is 2 × 4 = 8 rollouts (two groups of four, generated together), trained
+  as four micro-batches of two, sized for a 2-core CPU with 24 GB: a rollout is ~1,300-1,700 tokens
+  (the system prompt, the rounds, tool observations) and one forward/backward pass over all eight
+  without activation checkpointing held 23 GB and was OOM-killed. Raise them on a GPU (the report's
+  G is 8).
 - ``learning_rate`` 1e-5: a LoRA RL rate (TRL's 1e-6 is for full fine-tuning; SFT used 2e-4).
 - ``disable_dropout``: on, so the log-probabilities of the PPO ratio are those the policy sampled with.
 - ``bf16``: on only where a CUDA device supports it (as in ``HatSFTConfig``).
@@ -87,6 +96,14 @@ class HatRLConfig(YamlConfigMixin, GRPOConfig):
         default=RL.lora_target_modules,
         metadata={"help": "Module names, or 'all-linear' (every linear layer but the head)."},
     )
+    autocast_bf16: bool | None = field(
+        default=RL.autocast_bf16,
+        metadata={"help": "bf16 autocast of the loss's forward/backward (None: on where the CPU/GPU has native bf16)."},
+    )
+    lora_float32_sum: bool = field(
+        default=RL.lora_float32_sum,
+        metadata={"help": "Under bf16 autocast, add each LoRA delta to its base output in float32."},
+    )
     torch_threads: int | None = field(
         default=RL.torch_threads,
         metadata={"help": "torch CPU threads (None: torch's default). 1 is faster on a busy CPU."},
@@ -95,6 +112,7 @@ class HatRLConfig(YamlConfigMixin, GRPOConfig):
     # TRL/transformers fields with HAT's defaults (reasons: the module docstring)
     num_generations: int | None = RL.num_generations
     per_device_train_batch_size: int = RL.per_device_train_batch_size
+    gradient_accumulation_steps: int = RL.gradient_accumulation_steps
     learning_rate: float = RL.learning_rate
     disable_dropout: bool = RL.disable_dropout
     bf16: bool | None = RL.bf16  # type: ignore[assignment]  # None = resolve in __post_init__

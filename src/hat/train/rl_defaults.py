@@ -38,9 +38,12 @@ class RLDefaults(TrainDefaults):
     advantage_eps: float = 1e-6
     max_new_tokens: int | None = None
     lora_dropout: float = 0.0
+    autocast_bf16: bool | None = None
+    lora_float32_sum: bool = True
     # TRL/transformers fields with a HAT default
     num_generations: int = 4
-    per_device_train_batch_size: int = 8
+    per_device_train_batch_size: int = 2
+    gradient_accumulation_steps: int = 4
     learning_rate: float = 1e-5
     disable_dropout: bool = True
     logging_steps: float = 1
