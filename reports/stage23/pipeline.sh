@@ -9,7 +9,8 @@
 # folder lacks them. Their rows of the table (and base's) are attempt 12's evaluations (same suites,
 # n and evaluation seed).
 #
-# Sizes (2 cores; override by environment): OPD 512 general prompts, 8 per step (64 steps);
+# Sizes (2 cores; override by environment): OPD 512 general prompts, 8 per step (64 steps; two
+# learning rates, stage 3 continues the one OPD_START names);
 # RL 256 training episodes (datagen seed, never an evaluation seed), G = 4 rollouts per group,
 # 8 rollouts per step (2 groups, trained as 4 micro-batches of 2: 8 at once was OOM-killed at 23 GB), RL_STEPS = 100 steps = 200 groups per RL run.
 set -euo pipefail
@@ -52,8 +53,8 @@ guarded() {  # out, command...
     wait "$pid" || [ "$killed" = 1 ] || return 1
   done
 }
-opd() {  # student, out
-  guarded "$2" hat train opd --model "$1" --out "$2" --n-prompts 512 --batch-size 8 --save-steps 2 --threads 2
+opd() {  # student, out, learning rate
+  guarded "$2" hat train opd --model "$1" --out "$2" --n-prompts 512 --batch-size 8 --save-steps 2 --threads 2 --lr "$3"
 }
 rl() {  # start, out, extra options...
   local start="$1" out="$2"; shift 2
@@ -63,17 +64,25 @@ rl() {  # start, out, extra options...
 SUITES=(ifeval:541 t1:100 t2:100 t3-tool:100 t3-prompt:100)
 
 HSA=$(stage1 sft-hsa-s1)
-opd "$HSA" "$R/opd-hsa"
+# Stage 2, attempt 1: lr 1e-4 (64 steps) — IFEval 15.90, but T1 71.2 -> 57.6 (29 fallbacks:
+# ungrounded numbers, repetition loops). Attempt 2: the same run at a fifth of the rate.
+opd "$HSA" "$R/opd-hsa" 1e-4
 ev "hf:$R/opd-hsa" "${SUITES[@]}"
-rl "$R/opd-hsa" "$R/rl-hat"                                   # HAT: segment-decomposed GDPO, HSA at RL
+opd "$HSA" "$R/opd-hsa-lr2e-5" 2e-5
+ev "hf:$R/opd-hsa-lr2e-5" "${SUITES[@]}"
+# Stage 3 continues the OPD attempt chosen from the evaluations above (reports/hat.md § Stage 2);
+# OPD_START names it, and without it the pipeline stops here.
+[ -n "${OPD_START:-}" ] || { echo "pipeline.sh: set OPD_START=<the chosen opd run folder> to go on to RL" >&2; exit 0; }
+OPD_LR=$(python -c "import yaml,sys; print(yaml.safe_load(open(sys.argv[1]))['learning_rate'])" "$OPD_START/opd_config.yaml")
+rl "$OPD_START" "$R/rl-hat"                                   # HAT: segment-decomposed GDPO, HSA at RL
 ev "hf:$R/rl-hat" "${SUITES[@]}"
-rl "$R/opd-hsa" "$R/rl-grpo" --advantage grpo                 # ablation: plain GRPO
+rl "$OPD_START" "$R/rl-grpo" --advantage grpo                 # ablation: plain GRPO
 ev "hf:$R/rl-grpo" "${SUITES[@]}"
-rl "$R/opd-hsa" "$R/rl-nohsa" --hsa-prob 0                    # ablation: RL on the production harness only
+rl "$OPD_START" "$R/rl-nohsa" --hsa-prob 0                    # ablation: RL on the production harness only
 ev "hf:$R/rl-nohsa" "${SUITES[@]}"
-# Figure-5 grid (HSA at SFT × HSA at RL): the Fixed-SFT model through the same stages
+# Figure-5 grid (HSA at SFT × HSA at RL): the Fixed-SFT model through the same stages (OPD at the chosen rate)
 FIXED=$(stage1 sft-fixed)
-opd "$FIXED" "$R/opd-fixed"
+opd "$FIXED" "$R/opd-fixed" "$OPD_LR"
 rl "$R/opd-fixed" "$R/rl-fixed-hsa"
 ev "hf:$R/rl-fixed-hsa" "${SUITES[@]}"
 rl "$R/opd-fixed" "$R/rl-fixed-nohsa" --hsa-prob 0
