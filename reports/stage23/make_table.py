@@ -30,7 +30,8 @@ MODELS = {  # row name: (label, eval slug)
     "base": ("base SmolLM2", "smollm2"),
     "fixed": ("Fixed-SFT", "hf__work_runs_stage1m_sft-fixed"),
     "hsa": ("HSA-SFT (smollm2-hat)", "hf__work_runs_stage1m_sft-hsa-s1"),
-    "opd": ("+ OPD", "hf__work_runs_stage23_opd-hsa"),
+    "opd": ("+ OPD (attempt 1, lr 1e-4)", "hf__work_runs_stage23_opd-hsa"),
+    "opd2": ("+ OPD (attempt 2, lr 2e-5)", "hf__work_runs_stage23_opd-hsa-lr2e-5"),
     "hat": ("+ HSA-RL = HAT (segments)", "hf__work_runs_stage23_rl-hat"),
     "grpo": ("ablation: RL with plain GRPO", "hf__work_runs_stage23_rl-grpo"),
     "nohsa": ("ablation: RL without HSA", "hf__work_runs_stage23_rl-nohsa"),
@@ -39,6 +40,7 @@ MODELS = {  # row name: (label, eval slug)
 }
 STAGES = {  # run folder: the result file its trainer writes
     "opd-hsa": "opd_result.json",
+    "opd-hsa-lr2e-5": "opd_result.json",
     "rl-hat": "rl_result.json",
     "rl-grpo": "rl_result.json",
     "rl-nohsa": "rl_result.json",
@@ -66,24 +68,40 @@ def q_of(run: Path, last: int = 10) -> float | None:
     return statistics.fmean(qs) if qs else None
 
 
+OPD_RUNS = {"opd-hsa": "opd", "opd-hsa-lr2e-5": "opd2"}  # OPD run folder: its row
+
+
+def rl_start(runs: Path) -> str:
+    """The OPD row HAT's RL continued (``model`` of ``rl-hat/rl_config.yaml``; attempt 1 if unknown)."""
+    path = runs / "rl-hat" / "rl_config.yaml"
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.startswith("model:"):
+                return OPD_RUNS.get(Path(line.split(":", 1)[1].strip()).name, "opd")
+    return "opd"
+
+
 def targets(scores: dict, runs: Path) -> list[str]:
     out = []
-    ife = _diff(scores, "opd", "base", "ifeval")
-    out.append(
-        "- + OPD IFEval within 2 of base: not measured"
-        if ife is None
-        else f"- + OPD IFEval within 2 of base: {'met' if ife[0] >= -2 else 'missed'} ({ife[0]:+.1f})"
-    )
-    for suite in ("t1", "t2"):
-        d = _diff(scores, "opd", "hsa", suite)
+    for opd in OPD_RUNS.values():
+        label = MODELS[opd][0]
+        ife = _diff(scores, opd, "base", "ifeval")
         out.append(
-            f"- + OPD {suite.upper()} within 2 of HSA-SFT: not measured"
-            if d is None
-            else f"- + OPD {suite.upper()} within 2 of HSA-SFT: {'met' if d[0] >= -2 else 'missed'} ({d[0]:+.1f})"
+            f"- {label} IFEval within 2 of base: not measured"
+            if ife is None
+            else f"- {label} IFEval within 2 of base: {'met' if ife[0] >= -2 else 'missed'} ({ife[0]:+.2f})"
         )
+        for suite in ("t1", "t2"):
+            d = _diff(scores, opd, "hsa", suite)
+            out.append(
+                f"- {label} {suite.upper()} within 2 of HSA-SFT: not measured"
+                if d is None
+                else f"- {label} {suite.upper()} within 2 of HSA-SFT: {'met' if d[0] >= -2 else 'missed'} ({d[0]:+.1f})"
+            )
+    start = rl_start(runs)
     for suite in ("t2", "t3-tool"):
-        d = _diff(scores, "hat", "opd", suite)
-        name = f"- HAT − (+ OPD) on {suite} ≥ +3 and > 2 combined SE"
+        d = _diff(scores, "hat", start, suite)
+        name = f"- HAT − ({MODELS[start][0]}, its start) on {suite} ≥ +3 and > 2 combined SE"
         out.append(
             f"{name}: not measured"
             if d is None
