@@ -67,8 +67,8 @@ HSA=$(stage1 sft-hsa-s1)
 # Stage 2, attempt 1: lr 1e-4 (64 steps) — IFEval 15.90, but T1 71.2 -> 57.6 (29 fallbacks:
 # ungrounded numbers, repetition loops). Attempt 2: the same run at a fifth of the rate.
 opd "$HSA" "$R/opd-hsa" 1e-4
-ev "hf:$R/opd-hsa" "${SUITES[@]}"
 opd "$HSA" "$R/opd-hsa-lr2e-5" 2e-5
+ev "hf:$R/opd-hsa" "${SUITES[@]}"
 ev "hf:$R/opd-hsa-lr2e-5" "${SUITES[@]}"
 # Stage 3 continues the OPD attempt chosen from the evaluations above (reports/hat.md § Stage 2);
 # OPD_START names it, and without it the pipeline stops here.
