@@ -44,6 +44,7 @@ from hat.train.rl import (  # noqa: E402  (after the importorskip of TRL)
     load_policy,
     plot_diagnostics,
     train_rl,
+    without_inert_rows,
 )
 from hat.train.rl_config import HatRLConfig  # noqa: E402
 
@@ -363,6 +364,46 @@ def test_token_advantages_feed_trl_loss_and_lower_it_on_a_fixed_batch(setup: dic
         optimizer.step()
     final = float(trainer.compute_loss(trainer.model, inputs).detach())
     assert final < losses[0] - 1e-3, (losses, final)
+
+
+def test_rows_without_loss_tokens_leave_the_pass_with_the_same_loss_and_gradients(
+    setup: dict[str, Any], tmp_path: Path
+) -> None:
+    """Dropped sequences (all-zero advantages) are left out of the forward and backward pass and the
+    micro-batch is trimmed to the kept rows' width: TRL's token-normalised loss and the LoRA
+    gradients stay those of the full micro-batch; a micro-batch of dropped rows runs no pass."""
+    config = _config(tmp_path / "out", setup["folder"], hsa_prob=0.0, autocast_bf16=False)  # float32: exact
+    trainer = build_rl_trainer(config, episodes=setup["episodes"], policy=_mixed)
+    trainer.model.train()
+    inputs = trainer._generate_and_score_completions(next(iter(trainer.get_train_dataloader())))
+    trainer.current_gradient_accumulation_steps = 1
+    lengths = (inputs["completion_mask"] * inputs["tool_mask"]).sum(dim=1)
+    longest = int(lengths.argmax())
+    inputs["tool_mask"][longest] = 0  # as _token_advantages marks a dropped sequence
+    inputs["advantages"][longest] = 0
+    trimmed = without_inert_rows(inputs, "dapo")
+    assert trimmed is not None and trimmed["completion_ids"].shape[0] == lengths.numel() - 1
+    assert trimmed["completion_ids"].shape[1] < inputs["completion_ids"].shape[1]  # the longest row's columns went
+    assert without_inert_rows(inputs, "grpo")["completion_ids"].shape == inputs["completion_ids"].shape
+
+    def loss_and_grads(skip: bool) -> tuple[float, dict[str, Any]]:
+        trainer.skip_inert_rows = skip
+        trainer.model.zero_grad()
+        loss = trainer.compute_loss(trainer.model, dict(inputs))
+        loss.backward()
+        grads = {k: v.grad.detach().clone() for k, v in trainer.model.named_parameters() if v.requires_grad}
+        return float(loss.detach()), grads
+
+    (full_loss, full), (kept_loss, kept) = loss_and_grads(False), loss_and_grads(True)
+    assert abs(full_loss) > 0 and any(float(g.abs().max()) > 0 for g in full.values())
+    assert kept_loss == pytest.approx(full_loss, rel=1e-4, abs=1e-6)
+    for key, grad in full.items():
+        torch.testing.assert_close(kept[key], grad, rtol=1e-4, atol=1e-6)
+
+    inputs["tool_mask"].zero_()
+    assert without_inert_rows(inputs, "dapo") is None
+    loss = trainer.compute_loss(trainer.model, dict(inputs))
+    assert float(loss) == 0.0 and loss.requires_grad
 
 
 def test_rollouts_sample_the_live_policy_weights(setup: dict[str, Any], tmp_path: Path) -> None:

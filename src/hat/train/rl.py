@@ -16,7 +16,9 @@ One training step, end to end:
    scattered to each segment's tokens; sequences with all-zero advantages leave the loss (their
    ``tool_mask`` row is zeroed and the token count TRL normalises by is recomputed).
 3. **Loss**: TRL's own ``_compute_loss`` — PPO-clip with per-token advantages (it accepts ``(B, T)``),
-   optional KL to the reference (``beta``), importance ratios, clip statistics.
+   optional KL to the reference (``beta``), importance ratios, clip statistics — on each
+   micro-batch's rows that carry loss tokens (:func:`without_inert_rows`: the dropped sequences
+   cost no forward or backward pass; same loss and gradients).
 
 How TRL is extended, and why this way: the rollouts enter through TRL's ``rollout_func`` hook
 (prompt ids, completion ids, ``env_mask`` — 1 on the policy's tokens — and the rewards as an extra
@@ -62,6 +64,7 @@ from hat.train.trl_configs import lora_config
 __all__ = [
     "COT_BANDS",
     "DIAGNOSTICS_FILE",
+    "TOKEN_NORMALISED",
     "HatGRPOTrainer",
     "RLResult",
     "build_rl_trainer",
@@ -70,6 +73,7 @@ __all__ = [
     "plot_diagnostics",
     "rl_episodes",
     "train_rl",
+    "without_inert_rows",
 ]
 
 logger = logging.getLogger(__name__)
@@ -109,6 +113,9 @@ class HatGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
     fixed :data:`RolloutPolicy` instead of the live model (tests, baselines)."""
 
     hat_base_ref: str = ""
+    skip_inert_rows: bool = True
+    """Leave rows without loss tokens (dropped all-zero-advantage sequences) out of the forward and
+    backward pass — the same loss and gradients for a token-normalised ``loss_type``, less compute."""
     """How the adapter config names the base model for HAT's loader (set by :func:`build_rl_trainer`)."""
 
     def __init__(
@@ -202,7 +209,13 @@ class HatGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
     def compute_loss(
         self, model: Any, inputs: Any, return_outputs: bool = False, num_items_in_batch: Any = None
     ) -> Any:
-        """TRL's loss, under bf16 autocast when :attr:`autocast` is set (``autocast_bf16``)."""
+        """TRL's loss, under bf16 autocast when :attr:`autocast` is set (``autocast_bf16``), on the
+        micro-batch's rows that carry loss (:func:`without_inert_rows`; :attr:`skip_inert_rows`)."""
+        if self.skip_inert_rows and self.is_training and isinstance(inputs, dict):
+            kept = without_inert_rows(inputs, self.loss_type)
+            if kept is None and self.accelerator.num_processes == 1:  # nothing to learn from: no pass at all
+                return torch.zeros((), device=self.accelerator.device, requires_grad=True)
+            inputs = inputs if kept is None else kept  # several processes: each must run its pass
         if self.autocast is None:
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         with torch.autocast(self.accelerator.device.type, dtype=self.autocast):
@@ -278,6 +291,57 @@ class HatGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
 
 
 # -- plots ----------------------------------------------------------------------------------------
+TOKEN_NORMALISED = frozenset({"dapo", "bnpo", "cispo", "vespo"})
+"""TRL loss types whose micro-batch loss is a sum over loss tokens divided by a count that rows
+without loss tokens do not change (``grpo``, ``dr_grpo``, ``luspo``, ``sapo`` average over rows)."""
+_COMPLETION_KEYS = (
+    "completion_ids",
+    "completion_mask",
+    "tool_mask",
+    "advantages",
+    "old_per_token_logps",
+    "ref_per_token_logps",
+    "sampling_per_token_logps",
+    "importance_sampling_ratio",
+)
+
+
+def without_inert_rows(inputs: Mapping[str, Any], loss_type: str) -> dict[str, Any] | None:
+    """A micro-batch of TRL's GRPO inputs without the rows that carry no loss token, and trimmed to
+    its remaining rows' width; ``None`` when no row carries loss.
+
+    The loss and its gradients are unchanged for a token-normalised ``loss_type``
+    (:data:`TOKEN_NORMALISED`: TRL normalises by the generation batch's token count, and a row's
+    tokens enter only through ``completion_mask · tool_mask``); the inputs are returned as they are
+    for any other loss type, or when a per-row tensor is not one this function knows how to trim.
+    Trimming removes completion columns after the last real token (right padding) and prompt columns
+    before the first (left padding): under a causal mask the kept tokens see the same tokens, and
+    rotary position embeddings depend only on distances, so their log-probabilities are the same up to
+    float rounding."""
+    mask = inputs["completion_mask"] * inputs["tool_mask"] if "tool_mask" in inputs else inputs["completion_mask"]
+    keep = mask.sum(dim=1) > 0
+    if loss_type not in TOKEN_NORMALISED or bool(keep.all()):
+        return dict(inputs)
+    if not bool(keep.any()):
+        return None
+    rows = int(keep.numel())
+    known = {"prompt_ids", "prompt_mask", "num_items_in_batch", *_COMPLETION_KEYS}
+    if any(torch.is_tensor(v) and v.dim() > 0 and v.shape[0] == rows for k, v in inputs.items() if k not in known):
+        return dict(inputs)  # e.g. images: left as TRL made them
+    index = keep.nonzero().squeeze(1)
+    width = int(inputs["completion_mask"][index].sum(dim=0).nonzero().max()) + 1
+    prompt_mask = inputs["prompt_mask"][index]
+    first = int(prompt_mask.sum(dim=0).nonzero().min())
+    out = dict(inputs)
+    for key in _COMPLETION_KEYS:
+        value = out.get(key)
+        if torch.is_tensor(value) and value.dim() == 2:
+            out[key] = value[index, :width]
+    out["prompt_ids"] = inputs["prompt_ids"][index, first:]
+    out["prompt_mask"] = prompt_mask[:, first:]
+    return out
+
+
 def _read_diagnostics(path: Path) -> list[dict[str, Any]]:
     with open(path, encoding="utf-8") as fh:
         return [json.loads(line) for line in fh if line.strip()]
