@@ -47,6 +47,7 @@ from hat.train.rl import (  # noqa: E402  (after the importorskip of TRL)
     without_inert_rows,
 )
 from hat.train.rl_config import HatRLConfig  # noqa: E402
+from hat.train.rl_packing import pack_prompt_groups  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -404,6 +405,44 @@ def test_rows_without_loss_tokens_leave_the_pass_with_the_same_loss_and_gradient
     assert without_inert_rows(inputs, "dapo") is None
     loss = trainer.compute_loss(trainer.model, dict(inputs))
     assert float(loss) == 0.0 and loss.requires_grad
+
+
+def test_rows_sharing_a_prompt_are_scored_packed_as_trl_scores_them_one_by_one(
+    setup: dict[str, Any], tmp_path: Path
+) -> None:
+    """A group's prompt encoded once (block mask, continuing positions, TRL's fused head): the same
+    per-token log-probabilities, entropies and LoRA gradients as TRL's per-row pass, and the
+    micro-batches hold whole groups."""
+    config = _config(tmp_path / "out", setup["folder"], hsa_prob=0.0, autocast_bf16=False)
+    trainer = build_rl_trainer(config, episodes=setup["episodes"], policy=_mixed)
+    trainer.model.train()
+    trainer._step, trainer._buffered_inputs = 0, None
+    inputs = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+    attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+    width = inputs["completion_ids"].size(1)
+    packs = pack_prompt_groups(ids, attention, width)
+    assert packs is not None and [p.rows for p in packs] == [[0, 1], [2, 3]]  # G = 2: groups kept in order
+    assert len(packs[0].ids) < sum(int(attention[r].sum()) for r in packs[0].rows)  # the prompt once
+
+    def scored(share: bool) -> tuple[Any, Any, dict[str, Any]]:
+        trainer.args.share_group_prompts = share
+        trainer.model.zero_grad()
+        logps, entropies, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, ids, attention, width, compute_entropy=True
+        )
+        (logps * inputs["completion_mask"]).sum().backward()
+        grads = {k: v.grad.detach().clone() for k, v in trainer.model.named_parameters() if v.requires_grad}
+        return logps.detach(), entropies.detach(), grads
+
+    (logps, entropies, grads), (ref_logps, ref_entropies, ref_grads) = scored(True), scored(False)
+    mask = inputs["completion_mask"].bool()
+    assert float(ref_logps[mask].abs().sum()) > 0
+    torch.testing.assert_close(logps[mask], ref_logps[mask], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(entropies[mask], ref_entropies[mask], rtol=1e-4, atol=1e-4)
+    assert float(logps[~mask].abs().sum()) == 0.0
+    for key, grad in ref_grads.items():  # float32 sums over hundreds of tokens in another order
+        torch.testing.assert_close(grads[key], grad, rtol=1e-4, atol=1e-5 * float(grad.abs().max()) + 1e-7)
 
 
 def test_rollouts_sample_the_live_policy_weights(setup: dict[str, Any], tmp_path: Path) -> None:

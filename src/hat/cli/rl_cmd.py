@@ -58,6 +58,9 @@ RL_OPTIONS = OptionTable(
             "bf16 autocast of the loss's forward/backward (rollouts generate in float32)",
             unset="on where the CPU/GPU has native bf16",
         ),
+        "share_prompts": ConfigOption(
+            "share_group_prompts", "Micro-batches hold whole groups; a group's prompt is encoded once"
+        ),
         "threads": ConfigOption("torch_threads", "torch CPU threads (1 is faster on a busy CPU)", unset="torch's"),
         "resume": ConfigOption(
             "resume_from_checkpoint",
@@ -95,6 +98,7 @@ def rl_command(
     save_steps: int | None = _RO("save_steps", min=1),
     seed: int | None = _RO("seed"),
     bf16: bool | None = _RO("bf16", "--bf16/--fp32"),
+    share_prompts: bool | None = _RO("share_prompts", "--share-prompts/--no-share-prompts"),
     threads: int | None = _RO("threads", min=1),
     resume: bool = _RO("resume", "--resume", default=False),
     config: Path | None = typer.Option(None, "--config", help="HatRLConfig YAML (any TRL field); options override."),

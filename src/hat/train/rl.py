@@ -18,7 +18,9 @@ One training step, end to end:
 3. **Loss**: TRL's own ``_compute_loss`` — PPO-clip with per-token advantages (it accepts ``(B, T)``),
    optional KL to the reference (``beta``), importance ratios, clip statistics — on each
    micro-batch's rows that carry loss tokens (:func:`without_inert_rows`: the dropped sequences
-   cost no forward or backward pass; same loss and gradients).
+   cost no forward or backward pass; same loss and gradients). With ``share_group_prompts`` a
+   micro-batch holds whole groups and the prompt its rows share is encoded once
+   (:mod:`hat.train.rl_packing`; same log-probabilities and gradients).
 
 How TRL is extended, and why this way: the rollouts enter through TRL's ``rollout_func`` hook
 (prompt ids, completion ids, ``env_mask`` — 1 on the policy's tokens — and the rewards as an extra
@@ -48,6 +50,7 @@ from typing import Any
 import numpy as np
 import torch
 from trl import GRPOTrainer
+from trl.trainer.utils import split_tensor_dict
 
 from hat.augment import load_envelope
 from hat.env.episode import Episode
@@ -58,6 +61,7 @@ from hat.train.gdpo import scatter_to_tokens, segment_advantages, zero_advantage
 from hat.train.lora_precision import lora_sum_in_float32
 from hat.train.packing import autocast_dtype
 from hat.train.rl_config import HatRLConfig
+from hat.train.rl_packing import pack_prompt_groups, packed_logps_and_entropies
 from hat.train.rollouts import Rollout, RolloutJob, RolloutPolicy, RolloutRunner
 from hat.train.trl_configs import lora_config
 
@@ -108,9 +112,11 @@ def cot_bands(lengths: Sequence[int]) -> dict[str, float]:
 class HatGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
     """TRL's ``GRPOTrainer`` with rollouts from HAT's runtime and token-level GDPO advantages.
 
-    Overrides: ``_generate_and_score_completions`` (TRL's, then the advantages replaced) and ``log``
-    (the diagnostics file). Rollouts come in through TRL's ``rollout_func`` hook. ``policy``: a
-    fixed :data:`RolloutPolicy` instead of the live model (tests, baselines)."""
+    Overrides: ``_generate_and_score_completions`` (TRL's, then the advantages replaced), ``log``
+    (the diagnostics file), ``compute_loss`` (bf16 autocast; rows without loss tokens left out),
+    ``_prepare_inputs`` and ``_get_per_token_logps_and_entropies`` (``share_group_prompts``).
+    Rollouts come in through TRL's ``rollout_func`` hook. ``policy``: a fixed
+    :data:`RolloutPolicy` instead of the live model (tests, baselines)."""
 
     hat_base_ref: str = ""
     skip_inert_rows: bool = True
@@ -220,6 +226,46 @@ class HatGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         with torch.autocast(self.accelerator.device.type, dtype=self.autocast):
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
+    # -- group prompt sharing ---------------------------------------------------------------------
+    def _prepare_inputs(self, generation_batch: Any) -> Any:
+        """TRL's, without shuffling the generation batch before it is split into micro-batches, so
+        that a micro-batch holds whole groups (``share_group_prompts``: the micro-batches accumulate
+        into one update, so their order does not matter)."""
+        if not (self.rl_args.share_group_prompts and self.is_training):
+            return super()._prepare_inputs(generation_batch)
+        steps = int(self.rl_args.steps_per_generation or 1)
+        buffered: Any = self._buffered_inputs
+        if self._step % (steps * self.num_iterations) == 0 or buffered is None:
+            buffered = split_tensor_dict(self._generate_and_score_completions(generation_batch), steps)
+            self._buffered_inputs = buffered
+        return buffered[self._step % steps]
+
+    def _get_per_token_logps_and_entropies(
+        self,
+        model: Any,
+        input_ids: Any,
+        attention_mask: Any,
+        logits_to_keep: int,
+        batch_size: int | None = None,
+        compute_entropy: bool = False,
+        compute_aux_loss: bool = False,
+        **extra: Any,
+    ) -> Any:
+        """TRL's log-probabilities and entropies, with the rows that share a prompt packed
+        (:func:`~hat.train.rl_packing.packed_logps_and_entropies`) when any do."""
+        packs = None
+        if self.rl_args.share_group_prompts and not compute_aux_loss and all(v is None for v in extra.values()):
+            packs = pack_prompt_groups(input_ids, attention_mask, logits_to_keep)
+        if packs is None or all(len(p.rows) == 1 for p in packs):
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss, **extra
+            )
+        with self.accelerator.autocast():
+            logps, entropies = packed_logps_and_entropies(
+                model, packs, input_ids.size(0), logits_to_keep, compute_entropy=compute_entropy
+            )
+        return logps, entropies, None
 
     # -- advantages -------------------------------------------------------------------------------
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -28,6 +28,10 @@ HAT's fields:
   ``hat train sft`` (:mod:`hat.train.lora_precision`). The rollouts generate in the model's own dtype
   (outside autocast). With TRL's ``num_iterations`` 1 the PPO ratio's old log-probabilities are the
   new ones detached, so the ratio stays exactly 1 whatever the precision.
+- ``share_group_prompts``: the generation batch is split into micro-batches without TRL's shuffle
+  (they accumulate into one update, so their order does not matter), so a micro-batch holds whole
+  groups, and the rows of a micro-batch that share a prompt are scored as one packed sequence —
+  the prompt once (:mod:`hat.train.rl_packing`; the same log-probabilities and gradients).
 
 TRL/transformers defaults HAT changes (values in :mod:`hat.train.rl_defaults`), and why:
 
@@ -103,6 +107,10 @@ class HatRLConfig(YamlConfigMixin, GRPOConfig):
     lora_float32_sum: bool = field(
         default=RL.lora_float32_sum,
         metadata={"help": "Under bf16 autocast, add each LoRA delta to its base output in float32."},
+    )
+    share_group_prompts: bool = field(
+        default=RL.share_group_prompts,
+        metadata={"help": "Micro-batches hold whole groups; a prompt they share is encoded once (rl_packing)."},
     )
     torch_threads: int | None = field(
         default=RL.torch_threads,

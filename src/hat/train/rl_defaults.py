@@ -40,6 +40,7 @@ class RLDefaults(TrainDefaults):
     lora_dropout: float = 0.0
     autocast_bf16: bool | None = None
     lora_float32_sum: bool = True
+    share_group_prompts: bool = True
     # TRL/transformers fields with a HAT default
     num_generations: int = 4
     per_device_train_batch_size: int = 2
