@@ -12,7 +12,8 @@
 # Sizes (2 cores; override by environment): OPD 512 general prompts, 8 per step (64 steps; two
 # learning rates, stage 3 continues the one OPD_START names);
 # RL 256 training episodes (datagen seed, never an evaluation seed), G = 4 rollouts per group,
-# 8 rollouts per step (2 groups, trained as 4 micro-batches of 2: 8 at once was OOM-killed at 23 GB), RL_STEPS = 100 steps = 200 groups per RL run.
+# 8 rollouts per step (2 groups, trained as 2 micro-batches of one group each, its prompt encoded once
+# (--share-prompts, the default): 8 rows at once were OOM-killed at 23 GB), RL_STEPS = 100 steps = 200 groups per RL run.
 set -euo pipefail
 source .venv/bin/activate
 R=${RUNS:-/work/runs/stage23}
@@ -58,7 +59,7 @@ opd() {  # student, out, learning rate
 }
 rl() {  # start, out, extra options...
   local start="$1" out="$2"; shift 2
-  guarded "$out" hat train rl --model "$start" --out "$out" --episodes 256 -G 4 --batch-size 2 --grad-accum 4 \
+  guarded "$out" hat train rl --model "$start" --out "$out" --episodes 256 -G 4 --batch-size 4 --grad-accum 2 \
     --max-steps "$RL_STEPS" --lr "$RL_LR" --save-steps 2 --threads 2 "$@"
 }
 SUITES=(ifeval:541 t1:100 t2:100 t3-tool:100 t3-prompt:100)
