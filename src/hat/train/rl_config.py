@@ -35,12 +35,13 @@ HAT's fields:
 
 TRL/transformers defaults HAT changes (values in :mod:`hat.train.rl_defaults`), and why:
 
-- ``num_generations`` 4, ``per_device_train_batch_size`` 2, ``gradient_accumulation_steps`` 4: a
-  step's generation batch is 2 × 4 = 8 rollouts (two groups of four, generated together), trained
-  as four micro-batches of two, sized for a 2-core CPU with 24 GB: a rollout is ~1,300-1,700 tokens
-  (the system prompt, the rounds, tool observations) and one forward/backward pass over all eight
-  without activation checkpointing held 23 GB and was OOM-killed. Raise them on a GPU (the report's
-  G is 8).
+- ``num_generations`` 4, ``per_device_train_batch_size`` 4, ``gradient_accumulation_steps`` 2: a
+  step's generation batch is 4 × 2 = 8 rollouts (two groups of four, generated together), trained
+  as two micro-batches of one group each, its prompt encoded once (``share_group_prompts``), sized
+  for a 2-core CPU with 24 GB: a rollout is ~1,100-1,700 tokens (the system prompt, the rounds, tool
+  observations) and one forward/backward pass over all eight rows without activation checkpointing
+  held 23 GB and was OOM-killed; one packed group peaks at ~9 GB (``reports/hat.md`` § Sizing). Raise
+  them on a GPU (the report's G is 8).
 - ``learning_rate`` 1e-5: a LoRA RL rate (TRL's 1e-6 is for full fine-tuning; SFT used 2e-4).
 - ``disable_dropout``: on, so the log-probabilities of the PPO ratio are those the policy sampled with.
 - ``bf16``: on only where a CUDA device supports it (as in ``HatSFTConfig``).

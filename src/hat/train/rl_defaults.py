@@ -43,8 +43,8 @@ class RLDefaults(TrainDefaults):
     share_group_prompts: bool = True
     # TRL/transformers fields with a HAT default
     num_generations: int = 4
-    per_device_train_batch_size: int = 2
-    gradient_accumulation_steps: int = 4
+    per_device_train_batch_size: int = 4
+    gradient_accumulation_steps: int = 2
     learning_rate: float = 1e-5
     disable_dropout: bool = True
     logging_steps: float = 1
