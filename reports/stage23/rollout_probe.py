@@ -37,6 +37,7 @@ def main() -> None:
     parser.add_argument("--episode-seed", type=int, default=1)
     parser.add_argument("--hsa-prob", type=float, default=0.5)
     parser.add_argument("--out", help="JSONL of one line per temperature")
+    parser.add_argument("--show", action="store_true", help="also print each rollout's harness, status and rewards")
     args = parser.parse_args()
 
     model = load_model(args.model)
@@ -57,6 +58,10 @@ def main() -> None:
         rollouts = runner.run(jobs, lambda job: model, tokenizer)
         wall = time.perf_counter() - start
         dims = runner.dims
+        if args.show:
+            for r in rollouts:
+                variant = ",".join(r.job.variant.applied) if r.job.variant is not None else "production"
+                print(r.job.episode.episode_id, r.job.group, variant, r.trace.status, r.rewards, flush=True)
         groups = [j.group for j in jobs]
         values = segment_advantages(
             "segments",
