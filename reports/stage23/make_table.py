@@ -68,6 +68,18 @@ def q_of(run: Path, last: int = 10) -> float | None:
     return statistics.fmean(qs) if qs else None
 
 
+def cot_score(evals: list[Path], slug: str) -> float | None:
+    """Mean over t1, t2, t3-tool and t3-prompt of a model's cot_length dimension (1 − q(L)) as a
+    fraction, or None until all four summaries exist."""
+    values = []
+    for suite in ("t1", "t2", "t3-tool", "t3-prompt"):
+        found = [d / f"{suite}_{slug}.json" for d in evals if (d / f"{suite}_{slug}.json").is_file()]
+        if not found:
+            return None
+        values.append(json.loads(found[0].read_text(encoding="utf-8"))["dims"]["cot_length"] / 100)
+    return statistics.fmean(values)
+
+
 OPD_RUNS = {"opd-hsa": "opd", "opd-hsa-lr2e-5": "opd2"}  # OPD run folder: its row
 
 
@@ -81,7 +93,7 @@ def rl_start(runs: Path) -> str:
     return "opd"
 
 
-def targets(scores: dict, runs: Path) -> list[str]:
+def targets(scores: dict, runs: Path, evals: list[Path]) -> list[str]:
     out = []
     for opd in OPD_RUNS.values():
         label = MODELS[opd][0]
@@ -107,11 +119,16 @@ def targets(scores: dict, runs: Path) -> list[str]:
             if d is None
             else f"{name}: {'met' if d[0] >= 3 and d[0] > 2 * d[1] else 'missed'} ({d[0]:+.1f}; 2 SE = {2 * d[1]:.1f})"
         )
+    # q(L) is the report's length penalty (0 up to 100 reasoning tokens, 1 from 200); the target reads
+    # as its judge, the cot_length dimension 1 − q(L), on HAT's evaluation (mean of the 4 suites).
+    cot = cot_score(evals, MODELS["hat"][1])
     q = q_of(runs / "rl-hat")
+    training = "" if q is None else f"; training rollouts, last 10 logged steps: mean q(L) {q:.3f}"
     out.append(
-        "- HAT q(L) ≥ 0.95: not measured"
-        if q is None
-        else f"- HAT q(L) ≥ 0.95 (mean of the last 10 training steps): {'met' if q >= 0.95 else 'missed'} ({q:.3f})"
+        f"- HAT 1 − q(L) ≥ 0.95 (cot_length judge, mean of t1–t3): not measured{training}"
+        if cot is None
+        else f"- HAT 1 − q(L) ≥ 0.95 (cot_length judge, mean of t1–t3): {'met' if cot >= 0.95 else 'missed'} "
+        f"({cot:.3f}{training})"
     )
     d = _diff(scores, "hat", "grpo", "t2")
     out.append(
@@ -138,7 +155,7 @@ def walls(runs: Path) -> list[str]:
     return lines
 
 
-def table(scores: dict, runs: Path) -> str:
+def table(scores: dict, runs: Path, evals: list[Path]) -> str:
     lines = ["| model | " + " | ".join(SUITES) + " |", "|---|" + "---|" * len(SUITES)]
     for name, (label, _) in MODELS.items():
         if name in scores:
@@ -150,7 +167,7 @@ def table(scores: dict, runs: Path) -> str:
         " deltas against base.",
         "",
         "Targets (issue 14):",
-        *targets(scores, runs),
+        *targets(scores, runs, evals),
         "",
         "Wall time per stage (this machine's trainer, from its result file):",
         "",
@@ -198,7 +215,7 @@ def main() -> None:
     args = parser.parse_args()
     scores = load(args.eval, {name: slug for name, (_, slug) in MODELS.items()})
     args.out.mkdir(parents=True, exist_ok=True)
-    text = table(scores, args.runs)
+    text = table(scores, args.runs, args.eval)
     (args.out / "table.md").write_text(text, encoding="utf-8")
     print(text)
     if figure5(scores, args.out):
