@@ -45,6 +45,7 @@ __all__ = [
     "EncodedRow",
     "Pack",
     "autocast_dtype",
+    "block_attention_mask",
     "cpu_supports_bf16",
     "pack_loss",
     "pack_rows",
@@ -316,21 +317,28 @@ def _prefix_cache_hidden(body: Any, pack: Pack, pad_id: int, where: list[tuple[i
     return prefix_hidden, torch.stack(picked)
 
 
+def block_attention_mask(segments: Sequence[int], device: Any) -> Any:
+    """The ``(1, 1, n, n)`` boolean mask of a packed sequence: causal, and a position of segment
+    ``s > 0`` sees the shared prefix (segment 0) and its own segment only."""
+    import torch
+
+    seg = torch.tensor(list(segments), device=device)
+    n = seg.numel()
+    causal = torch.ones((n, n), dtype=torch.bool, device=device).tril()
+    visible = (seg[None, :] == 0) | (seg[None, :] == seg[:, None])
+    return (causal & visible)[None, None]
+
+
 def _block_mask_hidden(body: Any, pack: Pack) -> tuple[Any, Any]:
     """The literal packed sequence with a 4D block mask; hidden states re-split per row."""
     import torch
 
     device = next(body.parameters()).device
     ids, pos, seg = pack.packed_sequence()
-    seg_t = torch.tensor(seg, device=device)
-    n = len(ids)
-    causal = torch.ones((n, n), dtype=torch.bool, device=device).tril()
-    visible = (seg_t[None, :] == 0) | (seg_t[None, :] == seg_t[:, None])
-    mask = (causal & visible)[None, None]
     out = body(
         input_ids=torch.tensor([ids], device=device),
         position_ids=torch.tensor([pos], device=device),
-        attention_mask=mask,
+        attention_mask=block_attention_mask(seg, device),
         use_cache=False,
     )
     hidden = out.last_hidden_state[0]

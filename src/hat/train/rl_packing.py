@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from hat.train.packing import block_attention_mask
+
 __all__ = ["PackedRows", "pack_prompt_groups", "packed_logps_and_entropies"]
 
 
@@ -84,17 +86,13 @@ def packed_logps_and_entropies(
     logps = torch.zeros((n_rows, width), device=device)
     entropies = torch.zeros((n_rows, width), device=device) if compute_entropy else None
     for pack in packs:
-        n = len(pack.ids)
-        segments = torch.tensor(pack.segments, device=device)
-        causal = torch.ones((n, n), dtype=torch.bool, device=device).tril()
-        visible = (segments[None, :] == 0) | (segments[None, :] == segments[:, None])
-        labels = torch.full((1, n), -100, dtype=torch.long, device=device)
+        labels = torch.full((1, len(pack.ids)), -100, dtype=torch.long, device=device)
         index = torch.tensor([t[0] for t in pack.targets], device=device)
         labels[0, index] = torch.tensor([t[3] for t in pack.targets], device=device)
         out = model(
             input_ids=torch.tensor([pack.ids], device=device),
             position_ids=torch.tensor([pack.positions], device=device),
-            attention_mask=(causal & visible)[None, None],
+            attention_mask=block_attention_mask(pack.segments, device),
             shift_labels=labels,
             fused_lm_head=True,
         )
