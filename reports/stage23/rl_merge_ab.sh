@@ -3,6 +3,8 @@
 # forward (W·x + s·B(A·x)) against the adapter merged into swapped weights (hat.train.lora_merge), two
 # runs each, alternating, on step 0's rollout seeds, machine otherwise idle. From the repo root:
 #   bash reports/stage23/rl_merge_ab.sh [start] > reports/stage23/rl_merge_ab.txt
+# Ran at commit 5f9fc98, which added --merge-lora; it measured no gain and the option was removed
+# in the next commit (reports/hat.md § Sizing), so check out 5f9fc98 to run it again.
 set -euo pipefail
 source .venv/bin/activate
 START=${1:-/work/runs/stage23/opd-hsa-lr2e-5}

@@ -61,10 +61,6 @@ RL_OPTIONS = OptionTable(
         "share_prompts": ConfigOption(
             "share_group_prompts", "Micro-batches hold whole groups; a group's prompt is encoded once"
         ),
-        "merge_lora": ConfigOption(
-            "merge_lora_for_rollouts",
-            "Rollouts sample from the LoRA adapter merged into the weights (one matmul a layer)",
-        ),
         "threads": ConfigOption("torch_threads", "torch CPU threads (1 is faster on a busy CPU)", unset="torch's"),
         "resume": ConfigOption(
             "resume_from_checkpoint",
@@ -103,7 +99,6 @@ def rl_command(
     seed: int | None = _RO("seed"),
     bf16: bool | None = _RO("bf16", "--bf16/--fp32"),
     share_prompts: bool | None = _RO("share_prompts", "--share-prompts/--no-share-prompts"),
-    merge_lora: bool | None = _RO("merge_lora", "--merge-lora/--no-merge-lora"),
     threads: int | None = _RO("threads", min=1),
     resume: bool = _RO("resume", "--resume", default=False),
     config: Path | None = typer.Option(None, "--config", help="HatRLConfig YAML (any TRL field); options override."),

@@ -58,7 +58,6 @@ from hat.errors import HatError
 from hat.harness.loader import load_harness
 from hat.train.checkpoints import adapter_base_callback, fix_adapter_base, resume_checkpoint, trim_step_log
 from hat.train.gdpo import scatter_to_tokens, segment_advantages, zero_advantage_groups
-from hat.train.lora_merge import merged_lora
 from hat.train.lora_precision import lora_sum_in_float32
 from hat.train.packing import autocast_dtype
 from hat.train.rl_config import HatRLConfig
@@ -192,8 +191,7 @@ class HatGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
 
     @contextlib.contextmanager
     def _live_policy(self) -> Iterator[RolloutPolicy]:
-        """The trainer's module as a HAT model for this step (its current weights; fresh KV caches),
-        its LoRA adapter merged for sampling (``merge_lora_for_rollouts``, :mod:`hat.train.lora_merge`)."""
+        """The trainer's module as a HAT model for this step (its current weights; fresh KV caches)."""
         from trl.models import unwrap_model_for_generation
 
         from hat.models import TransformersModel
@@ -210,8 +208,7 @@ class HatGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         ):
             backend = TransformersModel(unwrapped, self._tokenizer, name="policy")  # sets eval mode
             try:
-                with merged_lora(unwrapped) if args.merge_lora_for_rollouts else contextlib.nullcontext():
-                    yield lambda job: backend
+                yield lambda job: backend
             finally:
                 unwrapped.train(was_training)
 

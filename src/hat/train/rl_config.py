@@ -32,9 +32,6 @@ HAT's fields:
   (they accumulate into one update, so their order does not matter), so a micro-batch holds whole
   groups, and the rows of a micro-batch that share a prompt are scored as one packed sequence —
   the prompt once (:mod:`hat.train.rl_packing`; the same log-probabilities and gradients).
-- ``merge_lora_for_rollouts``: the rollouts sample from ``W + s·B·A`` in one matmul per layer, as an
-  inference engine would (:mod:`hat.train.lora_merge`; the frozen weights are put back bit for bit),
-  instead of PEFT's three-matmul adapter forward, ~a quarter of a decode step on a CPU.
 
 TRL/transformers defaults HAT changes (values in :mod:`hat.train.rl_defaults`), and why:
 
@@ -115,10 +112,6 @@ class HatRLConfig(YamlConfigMixin, GRPOConfig):
     share_group_prompts: bool = field(
         default=RL.share_group_prompts,
         metadata={"help": "Micro-batches hold whole groups; a prompt they share is encoded once (rl_packing)."},
-    )
-    merge_lora_for_rollouts: bool = field(
-        default=RL.merge_lora_for_rollouts,
-        metadata={"help": "Sample the rollouts from the LoRA adapter merged into swapped weights (lora_merge)."},
     )
     torch_threads: int | None = field(
         default=RL.torch_threads,

@@ -41,7 +41,6 @@ class RLDefaults(TrainDefaults):
     autocast_bf16: bool | None = None
     lora_float32_sum: bool = True
     share_group_prompts: bool = True
-    merge_lora_for_rollouts: bool = True
     # TRL/transformers fields with a HAT default
     num_generations: int = 4
     per_device_train_batch_size: int = 4
