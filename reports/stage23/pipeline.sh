@@ -63,6 +63,8 @@ rl() {  # start, out, extra options...
     --max-steps "$RL_STEPS" --lr "$RL_LR" --save-steps 2 --threads 2 "$@"
 }
 SUITES=(ifeval:541 t1:100 t2:100 t3-tool:100 t3-prompt:100)
+# the RL rows: the suites of stage 3's targets (T2, T3-tool) first, so a session that ends mid-evaluation has them
+RL_SUITES=(t2:100 t3-tool:100 t1:100 t3-prompt:100 ifeval:541)
 
 HSA=$(stage1 sft-hsa-s1)
 # Stage 2, attempt 1: lr 1e-4 (64 steps) — IFEval 15.90, but T1 71.2 -> 57.6 (29 fallbacks:
@@ -79,16 +81,16 @@ ev "hf:$R/opd-hsa-lr2e-5" "${SUITES[@]}"
 [ -n "${OPD_START:-}" ] || { echo "pipeline.sh: set OPD_START=<the chosen opd run folder> to go on to RL" >&2; exit 0; }
 OPD_LR=$(python -c "import yaml,sys; print(yaml.safe_load(open(sys.argv[1]))['learning_rate'])" "$OPD_START/opd_config.yaml")
 rl "$OPD_START" "$R/rl-hat"                                   # HAT: segment-decomposed GDPO, HSA at RL
-ev "hf:$R/rl-hat" "${SUITES[@]}"
+ev "hf:$R/rl-hat" "${RL_SUITES[@]}"
 rl "$OPD_START" "$R/rl-grpo" --advantage grpo                 # ablation: plain GRPO
-ev "hf:$R/rl-grpo" "${SUITES[@]}"
+ev "hf:$R/rl-grpo" "${RL_SUITES[@]}"
 rl "$OPD_START" "$R/rl-nohsa" --hsa-prob 0                    # ablation: RL on the production harness only
-ev "hf:$R/rl-nohsa" "${SUITES[@]}"
+ev "hf:$R/rl-nohsa" "${RL_SUITES[@]}"
 # Figure-5 grid (HSA at SFT × HSA at RL): the Fixed-SFT model through the same stages (OPD at the chosen rate)
 FIXED=$(stage1 sft-fixed)
 opd "$FIXED" "$R/opd-fixed" "$OPD_LR"
 rl "$R/opd-fixed" "$R/rl-fixed-hsa"
-ev "hf:$R/rl-fixed-hsa" "${SUITES[@]}"
+ev "hf:$R/rl-fixed-hsa" "${RL_SUITES[@]}"
 rl "$R/opd-fixed" "$R/rl-fixed-nohsa" --hsa-prob 0
-ev "hf:$R/rl-fixed-nohsa" "${SUITES[@]}"
+ev "hf:$R/rl-fixed-nohsa" "${RL_SUITES[@]}"
 ev "hf:$R/opd-hsa" "${SUITES[@]}"                              # stage-2 attempt 1's T3 (not an RL start)
