@@ -10,7 +10,8 @@ and the ablations (RL with plain GRPO, RL without HSA); the Figure-5 grid adds t
 through the same stages (HSA at SFT × HSA at RL). Scores, standard errors and deltas come from
 ``reports/stage1b/make_report.py`` (the same summaries and case logs). Writes ``table.md``
 (scores ± SE with deltas against base, the targets with their numbers, q(L) and wall time per
-stage) and ``figure5.png`` (T2 and T3-tool of the 2 × 2 grid) when its four models are measured.
+stage, and paired differences of the RL rows against their start on the same episodes) and
+``figure5.png`` (T2 and T3-tool of the 2 × 2 grid) when its four models are measured.
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import random
 import statistics
 import sys
 from pathlib import Path
+
+from hat.evolve import paired_bootstrap
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "stage1b"))
 from make_report import SUITES, _cell, _get, load
@@ -140,6 +144,44 @@ def targets(scores: dict, runs: Path, evals: list[Path]) -> list[str]:
     return out
 
 
+PAIRED_SUITES = ("t1", "t2", "t3-tool", "t3-prompt")
+
+
+def paired(scores: dict, runs: Path) -> list[str]:
+    """Each OPD row against HSA-SFT, each RL row against its start (and HAT against plain GRPO) on the episodes both evaluated:
+    mean difference, its paired standard error and a 95 % percentile bootstrap interval (seeded).
+    Every model runs each suite on the same episodes and seed, so the pairs share an episode's
+    difficulty, which the unpaired "2 combined SE" of the targets does not remove."""
+    start = rl_start(runs)
+    comparisons = [(opd, "hsa") for opd in OPD_RUNS.values()]
+    comparisons += [(row, start) for row in ("hat", "grpo", "nohsa")] + [("hat", "grpo")]
+    lines = ["| comparison | " + " | ".join(PAIRED_SUITES) + " |", "|---|" + "---|" * len(PAIRED_SUITES)]
+    any_row = False
+    for new, old in comparisons:
+        cells = []
+        for suite in PAIRED_SUITES:
+            a, b = _get(scores, old, suite), _get(scores, new, suite)
+            ids = sorted(set(a["cases"]) & set(b["cases"])) if a and b and a.get("cases") and b.get("cases") else []
+            if len(ids) < 2:
+                cells.append("—")
+                continue
+            diffs = [100 * (b["cases"][i] - a["cases"][i]) for i in ids]
+            mean, lo, hi = paired_bootstrap(diffs, random.Random(0), resamples=2000)
+            se = statistics.stdev(diffs) / math.sqrt(len(diffs))
+            cells.append(f"{mean:+.1f} ± {se:.1f} [{lo:+.1f}, {hi:+.1f}] (n = {len(ids)})")
+        if any(c != "—" for c in cells):
+            any_row = True
+            lines.append(f"| {MODELS[new][0]} − {MODELS[old][0]} | " + " | ".join(cells) + " |")
+    if not any_row:
+        return []
+    return [
+        "Paired differences (same episodes and evaluation seed): mean ± paired SE [95 % bootstrap CI]:",
+        "",
+        *lines,
+        "",
+    ]
+
+
 def walls(runs: Path) -> list[str]:
     """Per finished run: its steps and the sum of its logged step times (a run resumed in several
     processes has only the last one's wall in its result file)."""
@@ -169,6 +211,7 @@ def table(scores: dict, runs: Path, evals: list[Path]) -> str:
         "Targets (issue 14):",
         *targets(scores, runs, evals),
         "",
+        *paired(scores, runs),
         "Wall time per stage (this machine's trainer, from its result file):",
         "",
         *walls(runs),
