@@ -148,10 +148,10 @@ PAIRED_SUITES = ("t1", "t2", "t3-tool", "t3-prompt")
 
 
 def paired(scores: dict, runs: Path) -> list[str]:
-    """Each OPD row against HSA-SFT, each RL row against its start (and HAT against plain GRPO) on the episodes both evaluated:
-    mean difference, its paired standard error and a 95 % percentile bootstrap interval (seeded).
-    Every model runs each suite on the same episodes and seed, so the pairs share an episode's
-    difficulty, which the unpaired "2 combined SE" of the targets does not remove."""
+    """Each OPD row against HSA-SFT, each RL row against its start (and HAT against plain GRPO) on
+    the episodes both evaluated: mean difference, its paired standard error and a 95 % percentile
+    bootstrap interval (seeded). Every model runs each suite on the same episodes and seed, so the
+    pairs share an episode's difficulty, which the unpaired "2 combined SE" of the targets does not remove."""
     start = rl_start(runs)
     comparisons = [(opd, "hsa") for opd in OPD_RUNS.values()]
     comparisons += [(row, start) for row in ("hat", "grpo", "nohsa")] + [("hat", "grpo")]
