@@ -37,21 +37,47 @@ stage1() {  # a stage-1 run folder with its final adapter (restored from the com
 # memory then grows ~0.5 GB a step (13 GB at step 3, 24 GB and the OOM killer at step 25 on a 24 GB
 # machine). guarded() runs a training and, when its resident memory passes MEM_LIMIT_GB, stops it
 # and resumes it from its newest complete checkpoint in a fresh process (resume is exact).
+# A restart repeats the steps since that checkpoint exactly (same rollouts, same allocations), so
+# when one ends at the limit again without a new checkpoint (rl-hat, steps 81-82: four restarts in
+# a row), the next process runs under an allocator that returns freed pages after a minute
+# (bounded memory, ~1.5x slower steps) until it saves a checkpoint, and is then restarted as usual;
+# if even that stalls, the limit rises to BOUNDED_LIMIT_GB for it.
 MEM_LIMIT_GB=${MEM_LIMIT_GB:-17}
+BOUNDED_LIMIT_GB=${BOUNDED_LIMIT_GB:-21}
+BOUNDED_MALLOC_CONF="dirty_decay_ms:60000,muzzy_decay_ms:0"
+newest() {  # step of the newest checkpoint whose trainer_state.json (written last) exists
+  ls "$1"/checkpoint-*/trainer_state.json 2>/dev/null | sed 's#.*checkpoint-\([0-9]*\)/.*#\1#' | sort -n | tail -1
+}
 guarded() {  # out, command...
   local out="$1"; shift
+  local stuck=0
   until finished "$out"; do
-    "$@" $(resume_flag "$out") &
-    local pid=$! killed=0
+    local before limit=$MEM_LIMIT_GB; before=$(newest "$out")
+    if [ "$stuck" -gt 0 ]; then
+      [ "$stuck" -gt 1 ] && limit=$BOUNDED_LIMIT_GB
+      echo "pipeline.sh: $out made no progress since checkpoint-$before; next run returns freed pages (limit $limit GB)" >&2
+      MALLOC_CONF="$BOUNDED_MALLOC_CONF" "$@" $(resume_flag "$out") &
+    else
+      "$@" $(resume_flag "$out") &
+    fi
+    local pid=$! killed=0 progressed=0
     while kill -0 "$pid" 2>/dev/null; do
       sleep 10
       local kb; kb=$(ps -o rss= --ppid "$pid" -p "$pid" 2>/dev/null | sort -n | tail -1 | tr -d ' ') || kb=""  # gone: ps fails
-      if [ -n "$kb" ] && [ "$kb" -gt $((MEM_LIMIT_GB * 1024 * 1024)) ]; then
+      if [ -n "$kb" ] && [ "$kb" -gt $((limit * 1024 * 1024)) ]; then
         echo "pipeline.sh: $out at $((kb / 1024 / 1024)) GB resident; restarting from its last checkpoint" >&2
         pkill -P "$pid" 2>/dev/null || true; kill "$pid" 2>/dev/null || true; killed=1  # (set -e)
+      elif [ "$stuck" -gt 0 ] && [ "$(newest "$out")" != "$before" ] && ! finished "$out"; then
+        echo "pipeline.sh: $out past checkpoint-$before; back to the fast allocator" >&2
+        sleep 5; pkill -P "$pid" 2>/dev/null || true; kill "$pid" 2>/dev/null || true; killed=1 progressed=1
       fi
     done
     wait "$pid" || [ "$killed" = 1 ] || return 1
+    if [ "$killed" = 1 ] && [ "$progressed" = 0 ] && [ "$(newest "$out")" = "$before" ]; then
+      stuck=$((stuck + 1))
+    else
+      stuck=0
+    fi
   done
 }
 opd() {  # student, out, learning rate
