@@ -2,7 +2,7 @@
 # Issue 16 with the default model: the reports/evolve.md cycle (defect -> T1 -> diagnose -> rule
 # proposal -> approve through the review API -> gate; a person's harmful edit -> gate blocks), then
 # the blind pairwise test (HAT vs base, n = 100, the judges as raters) and the simulated A/B, all on
-# smollm2-hat (transformers, float32: what the issue-10 tables were measured on). For an idle
+# smollm2-hat on transformers with hat eval's fast path (bf16, batch-invariant, on this CPU) for every run. For an idle
 # machine, ~2.5 h on the 2-core box. Resumable: every step that wrote its output is skipped.
 #   bash reports/evolve/real_model.sh > /work/runs/evolve_real.log 2>&1 &
 set -euo pipefail
@@ -11,7 +11,7 @@ export PATH=$REPO/.venv/bin:$PATH
 W=${WORK:-/work/runs/evolve-real}
 M=${MODEL:-smollm2-hat?engine=transformers}
 N=${N:-100}
-OUT=$REPO/reports/evolve/real
+OUT=${OUT:-$REPO/reports/evolve/real}
 mkdir -p "$W" "$OUT"
 cd "$W"
 
@@ -23,9 +23,18 @@ if [[ ! -d shop ]]; then
 fi
 [[ -f runs/base/.done ]] || { hat eval --suite t1 --model "$M" --harness shop --n "$N" --seed 0 --out runs/base && touch runs/base/.done; }
 [[ -f diagnosis.json ]] || hat evolve diagnose --eval-report runs/base --out diagnosis.json | tee "$OUT/diagnose.txt"
+# a person reads the clusters by impact and takes the first one an edit can fix (a cluster of the
+# model's own mistakes, under rules the harness still has, gets no rule proposal)
 if [[ ! -f proposals.json ]]; then
-  hat evolve propose --harness shop --diagnosis diagnosis.json --reference livestream \
-    --evaluate --model "$M" --suites t1 --n "$N" --seed 0 --json > proposals.json
+  for c in $(python -c "import json; print(*[c['id'] for c in json.load(open('diagnosis.json'))['clusters']])"); do
+    hat evolve propose --harness shop --diagnosis diagnosis.json --cluster "$c" --reference livestream \
+      --evaluate --model "$M" --suites t1 --n "$N" --seed 0 --json > proposals.tmp || true
+    if python -c "import json, sys; sys.exit(not json.load(open('proposals.tmp'))['proposals'])"; then
+      mv proposals.tmp proposals.json; echo "cluster $c: proposal made"; break
+    fi
+    echo "cluster $c: no proposal ($(python -c "import json; print(json.load(open('proposals.tmp'))['notes'])"))"
+  done
+  [[ -f proposals.json ]] || { echo "no cluster got a proposal"; exit 1; }
 fi
 pid=$(python -c "import json; print(json.load(open('proposals.json'))['proposals'][0]['id'])")
 
@@ -66,6 +75,6 @@ cp diagnosis.json proposals.json approved.json gate1.json proposals2.json approv
 [[ -f pairwise/key.json ]] || hat compare pairwise --model "$M" --baseline smollm2 --suite t1 --n "$N" --seed 5 --out pairwise --json > pairwise.json
 hat compare tally pairwise --json > "$OUT/pairwise_tally.json"
 # simulated A/B with a known true uplift
-[[ -f ab.json ]] || hat compare ab-sim --control smollm2 --treatment "$M" --comments 200 --seed 0 --out visits.jsonl --json > ab.json
+[[ -f ab.json ]] || hat compare ab-sim --control smollm2 --treatment "$M" --comments ${AB_COMMENTS:-100} --seed 0 --out visits.jsonl --json > ab.json
 cp ab.json "$OUT/"
 echo "done $(date -u +%H:%M:%S)"

@@ -15,6 +15,7 @@ from rich.table import Table
 from hat.allocator import prefer_jemalloc
 from hat.cli.common import DEFAULT_MODEL, StepProgress, error_exit, fail, simulator_policies, stdout_to_stderr
 from hat.errors import HatError
+from hat.eval.run_options import is_local_weights, resolve_run_options
 
 sim_app = typer.Typer(help="The simulated live room.", no_args_is_help=True)
 err = Console(stderr=True)
@@ -45,7 +46,6 @@ def episodes(
     err.print(f"wrote {n} episodes to {out_file} (sha256 {episodes_hash(eps)[:16]}); intent mix: {mix}")
 
 
-LOCAL_SPECS = ("smollm2", "smollm2-hat", "hf")
 SUITE_HELP = "Suite: t1 | t2 | t3-tool | t3-prompt (simulated room) or ifeval | rotbench | bfcl (external data)."
 MODEL_HELP = (
     "Model spec (smollm2-hat, smollm2, hf:…, llamacpp:…, openai:…, scripted:…) or, for t1-t3 only, a "
@@ -60,7 +60,7 @@ def _known_suites() -> list[str]:
     return [*sorted(SUITES), *EXTERNAL_SUITES]
 
 
-def _check_options(suite: str, model: str, data: str | None, hsa: bool, dtype: str | None) -> None:
+def _check_options(suite: str, model: str, data: str | None, hsa: bool) -> None:
     """Refuse (exit 2) what does not fit together, before anything is built or loaded."""
     from hat.eval.external_suites import EXTERNAL_SUITES
 
@@ -69,29 +69,6 @@ def _check_options(suite: str, model: str, data: str | None, hsa: bool, dtype: s
         fail(f"unknown suite {suite!r}; known suites: {', '.join(known)}")
     if suite not in EXTERNAL_SUITES and (data is not None or hsa):
         fail(f"--data and --hsa apply to the external suites ({', '.join(EXTERNAL_SUITES)}), not {suite}")
-    if dtype != "auto" and model.partition(":")[0] not in LOCAL_SPECS:
-        fail(f"--dtype applies to local models ({', '.join(LOCAL_SPECS)}), not {model!r}")
-
-
-def _resolve_dtype(dtype: str, model: str) -> str | None:
-    """``--dtype``: ``auto`` is bfloat16 for a local model on a CPU with native bf16, else the
-    backend's default; float32 is the default too (None: what earlier runs recorded, so they resume)."""
-    if dtype == "auto":
-        from hat.cpu import cpu_supports_bf16
-
-        local = model.partition(":")[0] in LOCAL_SPECS
-        return "bfloat16" if local and cpu_supports_bf16() else None
-    return None if dtype == "float32" else dtype
-
-
-def _default_batch_size(batch_invariant: bool, n: int) -> int:
-    """16 episodes in flight; batch-invariant decoding runs one engine of 16 decode rows per core."""
-    if not batch_invariant:
-        return 16
-    from hat.cpu import usable_cores
-    from hat.models.invariant import InvariantConfig
-
-    return max(1, min(InvariantConfig().rows * usable_cores(), n))
 
 
 def eval_command(
@@ -157,18 +134,14 @@ def eval_command(
     from hat.eval.runner import run_cases
     from hat.eval.suites import build_cases
 
-    _check_options(suite, model, data, hsa, dtype)
-    local = model.partition(":")[0] in LOCAL_SPECS
-    if local:
+    _check_options(suite, model, data, hsa)
+    try:
+        run = resolve_run_options(model, n, dtype=dtype, batch_invariant=batch_invariant, batch_size=batch_size)
+    except HatError as exc:
+        fail(exc)
+    if is_local_weights(model):
         prefer_jemalloc()  # a long run on local weights: re-executed under jemalloc where installed
-    weights = _resolve_dtype(dtype, model)
-    if batch_invariant and not local:
-        fail(f"--batch-invariant applies to local models ({', '.join(LOCAL_SPECS)}), not {model!r}")
-    if batch_invariant is None:
-        batch_invariant = weights in ("bfloat16", "float16")
-    if batch_size is None:
-        batch_size = _default_batch_size(batch_invariant, n)
-    load = ({"dtype": weights} if weights else {}) | ({"batch_invariant": True} if batch_invariant else {})
+    weights, batch_invariant, batch_size, load = run.dtype, run.batch_invariant, run.batch_size, run.load_options
     if suite in EXTERNAL_SUITES:
         _external(suite, model, data, n, hsa, out_dir, max_new_tokens, as_json, load)
         return

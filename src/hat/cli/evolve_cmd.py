@@ -28,8 +28,10 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.console import Console
 
+from hat.allocator import prefer_jemalloc
 from hat.cli.common import DEFAULT_MODEL, ExitCode, fail
 from hat.errors import HatError
+from hat.eval.run_options import RunOptions, is_local_weights, resolve_run_options
 
 if TYPE_CHECKING:
     from hat.evolve.lineage import Lineage
@@ -152,6 +154,31 @@ def _cluster(diagnosis: Path, ref: str | None) -> dict[str, Any]:
     return dict(chosen)
 
 
+BATCH_HELP = (
+    "Episodes in flight at once (default: as hat eval - 16, or 16 per usable core with batch-invariant "
+    "decoding); 1 runs them one after another."
+)
+DTYPE_HELP = (
+    "Local models: weight dtype, as for hat eval (auto: bfloat16, decoded batch-invariantly, on CPUs "
+    "with native bf16; else float32). Both versions run with the same."
+)
+
+
+def _run_options(model: str, n: int, dtype: str, batch_size: int | None) -> RunOptions:
+    """The fast path of hat eval for the paired runs (checked before a model loads; exit 2 if wrong)."""
+    try:
+        run = resolve_run_options(model, n, dtype=dtype, batch_size=batch_size)
+    except HatError as exc:
+        fail(exc)
+    if is_local_weights(model):
+        prefer_jemalloc()  # a long run on local weights: re-executed under jemalloc where installed
+    return run
+
+
+def _run_kwargs(run: RunOptions | None) -> dict[str, Any]:
+    return {"batch_size": run.batch_size, "load_options": run.load_options} if run else {}
+
+
 @app.command("propose")
 def propose_command(
     diagnosis: Path | None = typer.Option(None, help="A diagnosis JSON (`hat evolve diagnose --out`)."),
@@ -168,6 +195,8 @@ def propose_command(
     suites: str = typer.Option("t1", help="Suites for --evaluate, comma-separated."),
     n: int = typer.Option(200, "--n", min=1, help="Episodes per suite for --evaluate."),
     seed: int = typer.Option(0, help="Seed of the episodes for --evaluate."),
+    batch_size: int | None = typer.Option(None, "--batch-size", min=1, help=BATCH_HELP),
+    dtype: str = typer.Option("auto", help=DTYPE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the proposals as JSON."),
 ) -> None:
     """Propose validated edits for a failure cluster (rules; optionally an LLM; or an edited folder)."""
@@ -178,6 +207,7 @@ def propose_command(
 
     found = _lineage(lineage, harness)
     chosen = _cluster(diagnosis, cluster) if diagnosis else {}
+    run = _run_options(model, n, dtype, batch_size) if evaluate else None
     try:
         if from_folder is not None:
             store = ProposalStore(found)
@@ -196,7 +226,7 @@ def propose_command(
                 found, chosen, base=base, references=refs, model=llm_model, model_name=f"llm:{llm}"
             )
         for p in proposals if evaluate else []:
-            evaluate_proposal(found, p.id, model=model, suites=_suites(suites), n=n, seed=seed)
+            evaluate_proposal(found, p.id, model=model, suites=_suites(suites), n=n, seed=seed, **_run_kwargs(run))
     except HatError as exc:
         fail(exc)
     proposals = [ProposalStore(found).get(p.id) for p in proposals]
@@ -249,19 +279,22 @@ def gate_command(
     tolerance: float = typer.Option(0.0, min=0.0, help="Points a cell may drop (beyond noise) and still pass."),
     confidence: float = typer.Option(0.95, min=0.5, max=0.999, help="Confidence of the bootstrap intervals."),
     resamples: int = typer.Option(1000, min=100, help="Bootstrap resamples."),
+    batch_size: int | None = typer.Option(None, "--batch-size", min=1, help=BATCH_HELP),
+    dtype: str = typer.Option("auto", help=DTYPE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the gate result as JSON."),
 ) -> None:
     """Paired evaluation of a version against its parent; promote or block, recorded in the lineage.
     Exit 0 when promoted, 1 when blocked."""
     from hat.evolve.gate import Target, gate
 
+    run = _run_options(model, n, dtype, batch_size)
     found = _lineage(lineage, harness)
     target = Target(target_intent, target_dimension) if target_intent else None
     try:
         result = gate(
             found, version, against=against, target=target, model=model, suites=_suites(suites), n=n, seed=seed,
             fault_rate=fault_rate, resamples=resamples, confidence=confidence, tolerance=tolerance,
-            progress=lambda text: _line(text, err),
+            progress=lambda text: _line(text, err), **_run_kwargs(run),
         )  # fmt: skip
     except (HatError, KeyError) as exc:
         fail(exc)

@@ -31,13 +31,14 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from hat.compare.stats import Interval, bootstrap_diff, cuped_theta, mean_diff, require_numpy
 from hat.errors import HatError
+from hat.eval.run_options import RunOptions
 from hat.textio import read_jsonl, read_text
 
 __all__ = [
@@ -288,6 +289,7 @@ def episode_qualities(
     seed: int = 0,
     harness: str = "livestream",
     batch_size: int = 1,
+    load_options: Mapping[str, Any] | None = None,
 ) -> tuple[list[float], list[str]]:
     """Reply quality (mean of the four task judges) of ``system`` on each comment of the pool, and
     the comments' intents. Runs through :func:`hat.eval.runner.run_cases` (the real runtime)."""
@@ -295,7 +297,7 @@ def episode_qualities(
     from hat.eval.suites import build_cases
 
     cases = build_cases(suite, n=n, seed=seed, harness=harness)
-    result = run_cases(suite, cases, system, seed=seed, batch_size=batch_size)
+    result = run_cases(suite, cases, system, seed=seed, batch_size=batch_size, load_options=dict(load_options or {}))
     return [c.overall for c in result.cases], [c.intent for c in result.cases]
 
 
@@ -311,12 +313,21 @@ def simulate_ab(
     treatment_harness: str = "livestream",
     model: ConversionModel | None = None,
     batch_size: int = 1,
+    run_options: Mapping[str, RunOptions] | None = None,
 ) -> SimulatedAB:
-    """A simulated A/B of two systems on the same comment pool (see the module docstring)."""
+    """A simulated A/B of two systems on the same comment pool (see the module docstring).
+    ``run_options``: per system spec, how it decodes (:mod:`hat.eval.run_options`); a spec not in
+    it runs ``batch_size`` episodes at once with the backend's defaults."""
+    runs = {
+        arm: (opts.batch_size, opts.load_options) if (opts := (run_options or {}).get(arm)) else (batch_size, {})
+        for arm in (control, treatment)
+    }
     qc, intents = episode_qualities(
-        control, suite=suite, n=n_comments, seed=seed, harness=control_harness, batch_size=batch_size
-    )
+        control, suite=suite, n=n_comments, seed=seed, harness=control_harness, batch_size=runs[control][0],
+        load_options=runs[control][1],
+    )  # fmt: skip
     qt, _ = episode_qualities(
-        treatment, suite=suite, n=n_comments, seed=seed, harness=treatment_harness, batch_size=batch_size
-    )
+        treatment, suite=suite, n=n_comments, seed=seed, harness=treatment_harness, batch_size=runs[treatment][0],
+        load_options=runs[treatment][1],
+    )  # fmt: skip
     return simulate_visits(qc, qt, n_viewers=n_viewers, seed=seed, model=model, intents=intents)

@@ -41,6 +41,7 @@ from typing import Any, Literal
 
 from hat.compare.stats import Interval, wilson_interval
 from hat.errors import HatError
+from hat.eval.run_options import RunOptions
 from hat.eval.runner import TASK_DIMS, CaseResult, run_cases, write_atomic
 from hat.eval.suites import Case, build_cases
 from hat.harness.protocol import strip_reasoning
@@ -251,21 +252,25 @@ def run_pairwise(
     batch_size: int = 1,
     load_options: Mapping[str, Any] | None = None,
     on_case: Callable[[CaseResult], None] | None = None,
+    run_options: Mapping[str, RunOptions] | None = None,
 ) -> tuple[list[Pair], Key, list[Rating]]:
     """Both systems on the same ``n`` episodes of ``suite`` (model first, then baseline; ``on_case``
-    is called as each of the ``2n`` runs finishes); see :func:`make_pairs`."""
+    is called as each of the ``2n`` runs finishes); see :func:`make_pairs`. ``run_options``: per model
+    spec, how it decodes (:mod:`hat.eval.run_options`); a spec not in it runs with ``batch_size`` and
+    ``load_options``."""
     results = []
     cases_model: list[Case] = []
     for system in (model, baseline):
         cases = build_cases(suite, n=n, seed=seed, harness=system.harness)
         cases_model = cases_model or cases
+        chosen = (run_options or {}).get(system.model)
         run = run_cases(
             suite,
             cases,
             system.model,
             seed=seed,
-            batch_size=batch_size,
-            load_options=dict(load_options or {}),
+            batch_size=chosen.batch_size if chosen else batch_size,
+            load_options=chosen.load_options if chosen else dict(load_options or {}),
             on_case=on_case,
         )
         results.append(run.cases)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import random
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -145,8 +145,12 @@ def run_paired(
     model: str,
     fault_rate: float = 0.0,
     progress: Progress | None = None,
+    batch_size: int = 1,
+    load_options: Mapping[str, Any] | None = None,
 ) -> dict[str, tuple[SuiteResult, SuiteResult]]:
-    """Both harness folders on every suite's same episodes (see the module docstring)."""
+    """Both harness folders on every suite's same episodes (see the module docstring).
+    ``batch_size``/``load_options``: as for :func:`~hat.eval.runner.run_cases` (the CLI passes the
+    fast path's, :mod:`hat.eval.run_options`); both versions run with the same ones."""
     out = {}
     for suite in suites:
         results = []
@@ -154,7 +158,9 @@ def run_paired(
             if progress:
                 progress(f"{suite}: {label} harness, {n} episodes")
             cases = build_cases(suite, n=n, seed=seed, harness=str(folder), fault_rate=fault_rate)
-            results.append(run_cases(suite, cases, model, seed=seed))
+            results.append(
+                run_cases(suite, cases, model, seed=seed, batch_size=batch_size, load_options=dict(load_options or {}))
+            )
         ids = [[c.episode_id for c in r.cases] for r in results]
         if ids[0] != ids[1]:
             raise HatError(f"{suite}: the two harnesses got different episodes; the gate needs pairs")
@@ -249,14 +255,20 @@ def evaluate(
     confidence: float = 0.95,
     tolerance: float = 0.0,
     progress: Progress | None = None,
+    batch_size: int = 1,
+    load_options: Mapping[str, Any] | None = None,
 ) -> GateResult:
     """Run both harness folders paired, compare, decide (nothing recorded). ``model``: a model spec
-    or simulator policy, as for ``hat eval``."""
-    paired = run_paired(old, new, suites=suites, n=n, seed=seed, model=model, fault_rate=fault_rate, progress=progress)
+    or simulator policy, as for ``hat eval``; ``batch_size``/``load_options``: see :func:`run_paired`."""
+    paired = run_paired(
+        old, new, suites=suites, n=n, seed=seed, model=model, fault_rate=fault_rate, progress=progress,
+        batch_size=batch_size, load_options=load_options,
+    )  # fmt: skip
     cells = compare(paired, target, seed=seed, resamples=resamples, confidence=confidence, tolerance=tolerance)
     decision, reasons = decide(cells, target)
     settings = {"suites": list(suites), "n": n, "seed": seed, "model": model, "fault_rate": fault_rate}
     settings |= {"resamples": resamples, "confidence": confidence, "tolerance": tolerance}
+    settings |= {"batch_size": batch_size} | dict(load_options or {})
     summaries = {s: {"old": _brief(a), "new": _brief(b)} for s, (a, b) in paired.items()}
     return GateResult(decision, reasons, target, cells, settings, summaries)
 
