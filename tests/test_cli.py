@@ -140,3 +140,18 @@ def test_rule_reader_policy_still_works_from_the_cli():
     code, _, summary = proc.stdout.strip().splitlines()[-1].partition(" ")
     assert code == "0", proc.stdout
     assert json.loads(summary)["model"] == "rule-reader" and json.loads(summary)["n"] == 2
+
+
+def test_the_cli_keeps_the_hub_offline_unless_the_user_says_otherwise(monkeypatch) -> None:
+    import sys
+
+    from hat.cli import main as cli_main
+
+    seen = []
+    monkeypatch.setattr(cli_main, "app", lambda: seen.append(__import__("os").environ.get("HF_HUB_OFFLINE")))
+    monkeypatch.setattr(sys, "argv", ["hat", "--help"])
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    cli_main.main()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    cli_main.main()
+    assert seen == ["1", "0"]

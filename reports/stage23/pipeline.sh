@@ -47,6 +47,7 @@ BOUNDED_LIMIT_GB=${BOUNDED_LIMIT_GB:-21}
 BOUNDED_MALLOC_CONF="dirty_decay_ms:60000,muzzy_decay_ms:0"
 newest() {  # step of the newest checkpoint whose trainer_state.json (written last) exists
   ls "$1"/checkpoint-*/trainer_state.json 2>/dev/null | sed 's#.*checkpoint-\([0-9]*\)/.*#\1#' | sort -n | tail -1
+  true  # no checkpoint yet: an empty answer, not a failure under pipefail
 }
 guarded() {  # out, command...
   local out="$1"; shift

