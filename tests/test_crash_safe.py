@@ -128,6 +128,39 @@ def test_resume_refuses_another_run_and_a_rerun_never_truncates(
     assert cases.read_bytes() == before
 
 
+@pytest.mark.parametrize("suite", ["t1", "t2", "t3-tool", "t3-prompt"])
+def test_a_suite_s_first_cases_do_not_depend_on_n(suite: str) -> None:
+    """What growing a run with --resume --n relies on: n = 4 is the first 4 of n = 9."""
+    from hat.eval.suites import build_cases
+
+    def ids(n: int) -> list[tuple[str, str]]:
+        return [(c.episode.episode_id, c.harness.content_hash()) for c in build_cases(suite, n=n, seed=3)]
+
+    assert ids(4) == ids(9)[:4]
+
+
+def test_resume_with_a_larger_n_grows_a_finished_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    small = [*EVAL[:-5], "--n", "5", *EVAL[-3:]]
+    assert runner.invoke(app, [*small, "--out", str(tmp_path)]).exit_code == 0
+    cases = tmp_path / "t1_oracle_cases.jsonl"
+    first = _rows(cases)
+    ran = _interrupt_after(monkeypatch, 99)
+    grown = _eval(tmp_path, "--resume")  # n = 8
+    assert grown.exit_code == 0, grown.output
+    assert len(ran) == 3 and "from n = 5 to n = 8" in grown.output  # only the new cases ran
+    assert _rows(cases)[:5] == first
+    _same_results(_rows(cases), [*first, *_rows(cases)[5:]])
+    whole = _eval(tmp_path / "whole")
+    _same_results(_rows(cases), _rows(tmp_path / "whole" / "t1_oracle_cases.jsonl"))
+    summary = json.loads((tmp_path / "t1_oracle.json").read_text())
+    assert summary["n"] == 8 and summary["options"]["resumed_cases"] == 5, whole.output
+    assert json.loads((tmp_path / "t1_oracle.run.json").read_text())["n"] == 8
+    smaller = runner.invoke(app, [*small, "--out", str(tmp_path), "--resume"])  # shrinking is refused
+    assert smaller.exit_code == 2 and "n: 8 there, 5 now" in smaller.output
+    other = runner.invoke(app, [*EVAL[:-3], "--seed", "5", "--n", "9", "--json", "--out", str(tmp_path), "--resume"])
+    assert other.exit_code == 2 and "seed: 4 there, 5 now" in other.output  # growing keeps every other key
+
+
 # -- hat train sft --resume --------------------------------------------------------------------------
 def _checkpoint(folder: Path, *, state: str | None, weights: bool) -> None:
     folder.mkdir(parents=True)

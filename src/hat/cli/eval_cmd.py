@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -155,7 +156,7 @@ def eval_command(
     if batch_invariant:  # a new key only when on: earlier runs' identities (resume) stay valid
         identity["batch_invariant"] = True
     try:
-        log, done = _case_log(out_dir, suite, model, identity, resume)
+        log, done = _case_log(out_dir, suite, model, identity, resume, grows_from=_grows_from(identity, cases))
         progress = StepProgress(f"{suite} · {model}", len(cases), completed=len(done))
         with progress, stdout_to_stderr(as_json):
 
@@ -239,7 +240,32 @@ def _summary_paths(out_dir: Path, suite: str, model: str) -> tuple[Path, Path]:
     return out_dir / f"{stem}.md", out_dir / f"{stem}.json"
 
 
-def _case_log(out_dir: Path | None, suite: str, model: str, identity: dict, resume: bool) -> tuple[Any, list[Any]]:
+def _grows_from(identity: dict[str, Any], cases: list[Any]) -> Callable[[dict[str, Any]], bool]:
+    """``--resume`` with a larger ``--n`` grows a run (finished or not): allowed when everything but n
+    and the cases is the same and the stored cases are exactly the first ones of the new run. A
+    suite's first n episodes do not depend on n (tested per suite), so this holds unless the episodes
+    or harness states changed - then the stored run is refused as before."""
+
+    def check(stored: dict[str, Any]) -> bool:
+        rest = {k for k in identity if k not in ("n", "cases")}
+        if any(stored.get(k) != identity[k] for k in rest) or set(stored) - set(identity):
+            return False
+        old_n = stored.get("n")
+        return (
+            isinstance(old_n, int) and 0 < old_n < identity["n"] and stored.get("cases") == _cases_hash(cases[:old_n])
+        )
+
+    return check
+
+
+def _case_log(
+    out_dir: Path | None,
+    suite: str,
+    model: str,
+    identity: dict,
+    resume: bool,
+    grows_from: Callable[[dict[str, Any]], bool] | None = None,
+) -> tuple[Any, list[Any]]:
     """The case log of ``--out`` (None without it) and the cases an interrupted run already judged."""
     from hat.eval.runner import CaseLog
 
@@ -247,8 +273,11 @@ def _case_log(out_dir: Path | None, suite: str, model: str, identity: dict, resu
         if resume:
             raise HatError("--resume needs --out: the folder of the interrupted run")
         return None, []
-    log = CaseLog(out_dir, _stem(suite, model), identity, summary=_summary_paths(out_dir, suite, model))
+    summary = _summary_paths(out_dir, suite, model)
+    log = CaseLog(out_dir, _stem(suite, model), identity, summary=summary, grows_from=grows_from)
     done = log.start(resume=resume)
+    if log.grown_from is not None:
+        err.print(f"growing the run in {out_dir} from n = {log.grown_from['n']} to n = {identity['n']}")
     if log.torn:
         err.print(f"warning: skipped {len(log.torn)} torn line(s) of {log.cases} (a crash mid-write)")
     if done:

@@ -384,12 +384,21 @@ class CaseLog:
     paths) left from an earlier run is removed first, because a summary must describe a finished
     run and is written again at the end."""
 
-    def __init__(self, out_dir: str | Path, stem: str, identity: dict[str, Any], summary: Sequence[Path] = ()) -> None:
+    def __init__(
+        self,
+        out_dir: str | Path,
+        stem: str,
+        identity: dict[str, Any],
+        summary: Sequence[Path] = (),
+        grows_from: Callable[[dict[str, Any]], bool] | None = None,
+    ) -> None:
         self.dir = Path(out_dir)
         self.cases = self.dir / f"{stem}_cases.jsonl"
         self.run_file = self.dir / f"{stem}.run.json"
         self.identity = json.loads(json.dumps(identity, default=str))
         self.summary = list(summary)
+        self.grows_from = grows_from
+        self.grown_from: dict[str, Any] | None = None
         self.torn: tuple[int, ...] = ()
 
     def start(self, *, resume: bool) -> list[CaseResult]:
@@ -428,6 +437,12 @@ class CaseLog:
                 "cannot be matched to a run; choose another --out folder"
             ) from exc
         diff = [f"{k}: {stored.get(k)!r} there, {v!r} now" for k, v in self.identity.items() if stored.get(k) != v]
+        if diff and self.grows_from is not None and self.grows_from(stored):
+            # a larger run of the same cases' prefix (``grows_from`` checked it): the stored cases
+            # stay, the new identity is recorded, and only the new cases run
+            self.grown_from = stored
+            write_atomic(self.run_file, json.dumps(self.identity, indent=2, sort_keys=True) + "\n")
+            return
         if diff:
             raise HatError(
                 f"cannot resume: {self.cases} belongs to another run ({'; '.join(diff)}); rerun with the "
