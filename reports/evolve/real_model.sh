@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Issue 16 with the default model: the reports/evolve.md cycle (defect -> T1 -> diagnose -> rule
-# proposal -> approve through the review API -> gate; a person's harmful edit -> gate blocks), then
-# the blind pairwise test (HAT vs base, n = 100, the judges as raters) and the simulated A/B, all on
-# smollm2-hat on transformers with hat eval's fast path (bf16, batch-invariant, on this CPU) for every run. For an idle
-# machine, ~2.5 h on the 2-core box. Resumable: every step that wrote its output is skipped.
+# proposal -> approve through the review API -> gate), the blind pairwise test (HAT vs base, n = 100,
+# the judges as raters), a person's harmful edit that the gate must block, and the simulated A/B -
+# all on smollm2-hat (transformers) with hat eval's default decoding for this CPU (bf16 batch-invariant
+# where the CPU has native bf16, else float32 batched, 16 in flight). In that order, most important
+# first, because a 2-core box without bf16 runs ~9 episodes a minute: ~1,300 episodes, ~2.5 h.
+# Resumable: every step that wrote its output is skipped, an interrupted evaluation resumes.
 #   bash reports/evolve/real_model.sh > /work/runs/evolve_real.log 2>&1 &
+# Knobs: N (episodes per suite, 100), GATE_SUITES (t1,t3-prompt), GATE2_SUITES (t1),
+# EVAL_PROPOSAL=1 (the proposal's paired preview for the review page; 2N more episodes), AB_COMMENTS (50).
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 export PATH=$REPO/.venv/bin:$PATH
@@ -14,6 +18,7 @@ N=${N:-100}
 OUT=${OUT:-$REPO/reports/evolve/real}
 mkdir -p "$W" "$OUT"
 cd "$W"
+stamp() { echo "== $(date -u +%H:%M:%S) $*"; }
 
 if [[ ! -d shop ]]; then
   hat harness init shop --from livestream
@@ -21,14 +26,19 @@ if [[ ! -d shop ]]; then
   grep -v handoff_to_service shop/skills/after-sales-handoff/SKILL.md > x && mv x shop/skills/after-sales-handoff/SKILL.md
   hat evolve init shop
 fi
-[[ -f runs/base/.done ]] || { hat eval --suite t1 --model "$M" --harness shop --n "$N" --seed 0 --out runs/base && touch runs/base/.done; }
+stamp "T1 on the defective harness"
+[[ -f runs/base/.done ]] || { hat eval --suite t1 --model "$M" --harness shop --n "$N" --seed 0 --out runs/base --resume && touch runs/base/.done; }
 [[ -f diagnosis.json ]] || hat evolve diagnose --eval-report runs/base --out diagnosis.json | tee "$OUT/diagnose.txt"
+
 # a person reads the clusters by impact and takes the first one an edit can fix (a cluster of the
 # model's own mistakes, under rules the harness still has, gets no rule proposal)
+evaluate=()
+[[ ${EVAL_PROPOSAL:-0} = 1 ]] && evaluate=(--evaluate --model "$M" --suites t1 --n "$N" --seed 0)
 if [[ ! -f proposals.json ]]; then
+  stamp "propose"
   for c in $(python -c "import json; print(*[c['id'] for c in json.load(open('diagnosis.json'))['clusters']])"); do
     hat evolve propose --harness shop --diagnosis diagnosis.json --cluster "$c" --reference livestream \
-      --evaluate --model "$M" --suites t1 --n "$N" --seed 0 --json > proposals.tmp || true
+      "${evaluate[@]}" --json > proposals.tmp || true
     if python -c "import json, sys; sys.exit(not json.load(open('proposals.tmp'))['proposals'])"; then
       mv proposals.tmp proposals.json; echo "cluster $c: proposal made"; break
     fi
@@ -49,9 +59,31 @@ approve() {  # proposal-id, note, output file: approve through the review page's
     "http://localhost:8791/proposals/$1/approve" > "$3.tmp" && mv "$3.tmp" "$3"
   kill "$server"; wait "$server" 2>/dev/null || true
 }
+gate_to() {  # output file, version, suites: exit 0 (promoted) and 1 (blocked) are both a decision
+  [[ -f $1 ]] && return
+  local rc=0
+  hat evolve gate "$2" --harness shop --model "$M" --suites "$3" --n "$N" --seed 0 --json > "$1.tmp" || rc=$?
+  if [[ $rc -gt 1 ]]; then echo "gate failed (exit $rc)"; exit 1; fi
+  mv "$1.tmp" "$1"
+}
+record() {  # the lineage, its history plot and the step files, into the report folder
+  hat evolve log --harness shop > "$OUT/log.txt"
+  hat evolve history --harness shop --out "$OUT/history.png"
+  for f in diagnosis.json proposals.json approved.json gate1.json proposals2.json approved2.json gate2.json; do
+    [[ -f $f ]] && cp "$f" "$OUT/"
+  done
+  true
+}
 approve "$pid" "puts back the rule the last edit dropped" approved.json
 version=$(python -c "import json; print(json.load(open('approved.json'))['version'])")
-[[ -f gate1.json ]] || { hat evolve gate "$version" --harness shop --model "$M" --suites t1,t2,t3-prompt --n "$N" --seed 0 --json > gate1.json || true; }
+stamp "gate 1 ($version)"
+gate_to gate1.json "$version" "${GATE_SUITES:-t1,t3-prompt}"
+record
+
+# blind pairwise, HAT vs base, the judges as raters
+stamp "pairwise"
+[[ -f pairwise/key.json ]] || { rm -rf pairwise; hat compare pairwise --model "$M" --baseline smollm2 --suite t1 --n "$N" --seed 5 --out pairwise --json > pairwise.json; }
+hat compare tally pairwise --json > "$OUT/pairwise_tally.json"
 
 # a person's harmful edit: the shorter pricing skill drops its two tool rules
 if [[ ! -f proposals2.json ]]; then
@@ -66,15 +98,12 @@ fi
 pid2=$(python -c "import json; print(json.load(open('proposals2.json'))['proposals'][0]['id'])")
 approve "$pid2" "looks harmless" approved2.json
 version2=$(python -c "import json; print(json.load(open('approved2.json'))['version'])")
-[[ -f gate2.json ]] || { hat evolve gate "$version2" --harness shop --model "$M" --suites t1,t2,t3-prompt --n "$N" --seed 0 --json > gate2.json || true; }
-hat evolve log --harness shop > "$OUT/log.txt"
-hat evolve history --harness shop --out "$OUT/history.png"
-cp diagnosis.json proposals.json approved.json gate1.json proposals2.json approved2.json gate2.json "$OUT/"
+stamp "gate 2 ($version2)"
+gate_to gate2.json "$version2" "${GATE2_SUITES:-t1}"
+record
 
-# blind pairwise, HAT vs base, the judges as raters
-[[ -f pairwise/key.json ]] || hat compare pairwise --model "$M" --baseline smollm2 --suite t1 --n "$N" --seed 5 --out pairwise --json > pairwise.json
-hat compare tally pairwise --json > "$OUT/pairwise_tally.json"
 # simulated A/B with a known true uplift
-[[ -f ab.json ]] || hat compare ab-sim --control smollm2 --treatment "$M" --comments ${AB_COMMENTS:-100} --seed 0 --out visits.jsonl --json > ab.json
+stamp "A/B"
+[[ -f ab.json ]] || hat compare ab-sim --control smollm2 --treatment "$M" --comments "${AB_COMMENTS:-50}" --seed 0 --out visits.jsonl --json > ab.json
 cp ab.json "$OUT/"
-echo "done $(date -u +%H:%M:%S)"
+stamp "done"
