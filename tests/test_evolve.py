@@ -137,6 +137,8 @@ def test_full_cycle_restore_approve_gate_promote(cycle):
         "--n", N, "--seed", SEED, "--json",
     )  # fmt: skip
     assert gated.exit_code == 0, gated.output
+    total = 2 * N * 2  # old and new on two suites: one progress step per episode, on stderr
+    assert f"gate {version[:12]} · rule-reader: {total}/{total} (100%)" in gated.stderr
     result = json.loads(gated.stdout)
     assert result["decision"] == "promoted"
     target = next(c for c in result["cells"] if c["slice"].startswith("target:"))

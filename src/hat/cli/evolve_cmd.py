@@ -20,8 +20,10 @@ register ``rule-reader`` (:mod:`hat.evolve.policy`) when they run
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +31,7 @@ import typer
 from rich.console import Console
 
 from hat.allocator import prefer_jemalloc
-from hat.cli.common import DEFAULT_MODEL, ExitCode, fail
+from hat.cli.common import DEFAULT_MODEL, ExitCode, StepProgress, fail
 from hat.errors import HatError
 from hat.eval.run_options import RunOptions, is_local_weights, resolve_run_options
 
@@ -175,6 +177,15 @@ def _run_options(model: str, n: int, dtype: str, batch_size: int | None) -> RunO
     return run
 
 
+@contextlib.contextmanager
+def _episode_progress(label: str, total: int) -> Iterator[Callable[[Any], None]]:
+    """Progress on stderr, one step per episode of a paired run (old and new, every suite): a live bar
+    on a terminal, else a line at most every 30 s with done/total and an ETA (as hat eval)."""
+    progress = StepProgress(label, total, interval=30.0)
+    with progress:
+        yield lambda _case: progress.advance()
+
+
 def _run_kwargs(run: RunOptions | None) -> dict[str, Any]:
     return {"batch_size": run.batch_size, "load_options": run.load_options} if run else {}
 
@@ -226,7 +237,11 @@ def propose_command(
                 found, chosen, base=base, references=refs, model=llm_model, model_name=f"llm:{llm}"
             )
         for p in proposals if evaluate else []:
-            evaluate_proposal(found, p.id, model=model, suites=_suites(suites), n=n, seed=seed, **_run_kwargs(run))
+            suite_list = _suites(suites)
+            with _episode_progress(f"evaluate {p.id} · {model}", 2 * n * len(suite_list)) as on_case:
+                evaluate_proposal(
+                    found, p.id, model=model, suites=suite_list, n=n, seed=seed, on_case=on_case, **_run_kwargs(run)
+                )
     except HatError as exc:
         fail(exc)
     proposals = [ProposalStore(found).get(p.id) for p in proposals]
@@ -290,12 +305,14 @@ def gate_command(
     run = _run_options(model, n, dtype, batch_size)
     found = _lineage(lineage, harness)
     target = Target(target_intent, target_dimension) if target_intent else None
+    chosen = _suites(suites)
     try:
-        result = gate(
-            found, version, against=against, target=target, model=model, suites=_suites(suites), n=n, seed=seed,
-            fault_rate=fault_rate, resamples=resamples, confidence=confidence, tolerance=tolerance,
-            progress=lambda text: _line(text, err), **_run_kwargs(run),
-        )  # fmt: skip
+        with _episode_progress(f"gate {version[:12]} · {model}", 2 * n * len(chosen)) as on_case:
+            result = gate(
+                found, version, against=against, target=target, model=model, suites=chosen, n=n, seed=seed,
+                fault_rate=fault_rate, resamples=resamples, confidence=confidence, tolerance=tolerance,
+                on_case=on_case, **_run_kwargs(run),
+            )  # fmt: skip
     except (HatError, KeyError) as exc:
         fail(exc)
     if as_json:

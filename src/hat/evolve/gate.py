@@ -147,10 +147,12 @@ def run_paired(
     progress: Progress | None = None,
     batch_size: int = 1,
     load_options: Mapping[str, Any] | None = None,
+    on_case: Callable[[CaseResult], None] | None = None,
 ) -> dict[str, tuple[SuiteResult, SuiteResult]]:
     """Both harness folders on every suite's same episodes (see the module docstring).
     ``batch_size``/``load_options``: as for :func:`~hat.eval.runner.run_cases` (the CLI passes the
-    fast path's, :mod:`hat.eval.run_options`); both versions run with the same ones."""
+    fast path's, :mod:`hat.eval.run_options`); both versions run with the same ones. ``on_case`` is
+    called as each of the ``2 · n · len(suites)`` episodes finishes (a progress bar)."""
     out = {}
     for suite in suites:
         results = []
@@ -159,7 +161,15 @@ def run_paired(
                 progress(f"{suite}: {label} harness, {n} episodes")
             cases = build_cases(suite, n=n, seed=seed, harness=str(folder), fault_rate=fault_rate)
             results.append(
-                run_cases(suite, cases, model, seed=seed, batch_size=batch_size, load_options=dict(load_options or {}))
+                run_cases(
+                    suite,
+                    cases,
+                    model,
+                    seed=seed,
+                    batch_size=batch_size,
+                    load_options=dict(load_options or {}),
+                    on_case=on_case,
+                )
             )
         ids = [[c.episode_id for c in r.cases] for r in results]
         if ids[0] != ids[1]:
@@ -257,12 +267,13 @@ def evaluate(
     progress: Progress | None = None,
     batch_size: int = 1,
     load_options: Mapping[str, Any] | None = None,
+    on_case: Callable[[CaseResult], None] | None = None,
 ) -> GateResult:
     """Run both harness folders paired, compare, decide (nothing recorded). ``model``: a model spec
     or simulator policy, as for ``hat eval``; ``batch_size``/``load_options``: see :func:`run_paired`."""
     paired = run_paired(
         old, new, suites=suites, n=n, seed=seed, model=model, fault_rate=fault_rate, progress=progress,
-        batch_size=batch_size, load_options=load_options,
+        batch_size=batch_size, load_options=load_options, on_case=on_case,
     )  # fmt: skip
     cells = compare(paired, target, seed=seed, resamples=resamples, confidence=confidence, tolerance=tolerance)
     decision, reasons = decide(cells, target)
