@@ -83,7 +83,8 @@ def ab_table(path: Path) -> str:
         f"| {truth.get('relative', float('nan')):+.4f} |"
     )
     arms = ", ".join(f"{arm} {a['n'][arm]} visits, mean {a['means'][arm]:.3f}" for arm in ("control", "treatment"))
-    head = f"{a['control']} (control) vs {a['treatment']} (treatment): {arms}; {a['n_boot']} bootstrap replicates."
+    systems = a.get("systems", {})
+    head = f"{systems.get('control')} (control) vs {systems.get('treatment')} (treatment): {arms}; {a['n_boot']} bootstrap replicates."
     return head + "\n\n" + "\n".join(rows) + "\n"
 
 
