@@ -84,7 +84,8 @@ def ab_table(path: Path) -> str:
     )
     arms = ", ".join(f"{arm} {a['n'][arm]} visits, mean {a['means'][arm]:.3f}" for arm in ("control", "treatment"))
     systems = a.get("systems", {})
-    head = f"{systems.get('control')} (control) vs {systems.get('treatment')} (treatment): {arms}; {a['n_boot']} bootstrap replicates."
+    head = f"{systems.get('control')} (control) vs {systems.get('treatment')} (treatment): {arms}; "
+    head += f"{a['n_boot']} bootstrap replicates."
     return head + "\n\n" + "\n".join(rows) + "\n"
 
 
