@@ -246,6 +246,38 @@ def loading_model(spec: str) -> Iterator[None]:
         print(f"loaded model {spec} in {_duration(elapsed)}", file=sys.stderr, flush=True)
 
 
+RUN_BATCH_HELP = (
+    "Episodes in flight at once per model (default: as hat eval - 16, or 16 per usable core with "
+    "batch-invariant decoding); 1 runs them one after another."
+)
+RUN_DTYPE_HELP = (
+    "Local models (smollm2, smollm2-hat, hf:): weight dtype, as for hat eval (auto: bfloat16, decoded "
+    "batch-invariantly, on CPUs with native bf16; else float32). Other systems ignore it."
+)
+
+
+def run_options_or_exit(specs: Sequence[str], n: int, dtype: str, batch_size: int | None) -> dict[str, Any]:
+    """How each model spec decodes a run of ``n`` episodes: hat eval's fast path
+    (:mod:`hat.eval.run_options`), checked before a model loads (exit 2 if it cannot work); a run
+    on local weights is re-executed under jemalloc where installed (:mod:`hat.allocator`)."""
+    from hat.allocator import prefer_jemalloc
+    from hat.eval.run_options import LOCAL_SPECS, is_local_weights, resolve_run_options
+
+    local = [is_local_weights(s) for s in specs]
+    if dtype != "auto" and not any(local):
+        fail(f"--dtype applies to local models ({', '.join(LOCAL_SPECS)}); none of {', '.join(specs)} is one")
+    try:
+        runs = {
+            s: resolve_run_options(s, n, dtype=dtype if is_local else "auto", batch_size=batch_size)
+            for s, is_local in zip(specs, local, strict=True)
+        }
+    except HatError as exc:
+        fail(exc)
+    if any(local):
+        prefer_jemalloc()
+    return runs
+
+
 def simulator_policies() -> None:
     """Register every simulator policy, ``rule-reader`` (:mod:`hat.evolve.policy`) among them.
 

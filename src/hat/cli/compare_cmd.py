@@ -12,10 +12,17 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from hat.allocator import prefer_jemalloc
-from hat.cli.common import StepProgress, error_exit, fail, simulator_policies, stdout_to_stderr
+from hat.cli.common import (
+    RUN_BATCH_HELP,
+    RUN_DTYPE_HELP,
+    StepProgress,
+    error_exit,
+    fail,
+    run_options_or_exit,
+    simulator_policies,
+    stdout_to_stderr,
+)
 from hat.errors import HatError
-from hat.eval.run_options import LOCAL_SPECS, RunOptions, is_local_weights, resolve_run_options
 
 app = typer.Typer(help="Blind pairwise comparison of two systems, and A/B analysis.", no_args_is_help=True)
 err = Console(stderr=True)
@@ -52,32 +59,6 @@ def _print_tally(result: dict[str, Any]) -> None:
     out.print(table)
 
 
-BATCH_HELP = (
-    "Episodes in flight per system (default: as hat eval - 16, or 16 per usable core with "
-    "batch-invariant decoding); 1 runs them one after another."
-)
-DTYPE_HELP = (
-    "Local models (smollm2, smollm2-hat, hf:): weight dtype, as for hat eval (auto: bfloat16, decoded "
-    "batch-invariantly, on CPUs with native bf16; else float32). Other systems ignore it."
-)
-
-
-def _run_options(specs: tuple[str, ...], n: int, dtype: str, batch_size: int | None) -> dict[str, RunOptions]:
-    """How each system decodes: the fast path of hat eval (checked before a model loads; exit 2 if wrong)."""
-    if dtype != "auto" and not any(is_local_weights(s) for s in specs):
-        fail(f"--dtype applies to local models ({', '.join(LOCAL_SPECS)}); none of {', '.join(specs)} is one")
-    try:
-        runs = {
-            s: resolve_run_options(s, n, dtype=dtype if is_local_weights(s) else "auto", batch_size=batch_size)
-            for s in specs
-        }
-    except HatError as exc:
-        fail(exc)
-    if any(is_local_weights(s) for s in specs):
-        prefer_jemalloc()  # a long run on local weights: re-executed under jemalloc where installed
-    return runs
-
-
 @app.command("pairwise")
 def pairwise(
     model: str = typer.Option(..., "--model", help="The system under test. " + SYSTEM_HELP),
@@ -88,8 +69,8 @@ def pairwise(
     n: int = typer.Option(100, "--n", min=1, help="Comments (pairs)."),
     seed: int = typer.Option(0, help="Seed of the comments, the policies and the blinding."),
     out_dir: Path = typer.Option(..., "--out", help="Folder for pairs.jsonl, key.json and ratings-judges.jsonl."),
-    batch_size: int | None = typer.Option(None, "--batch-size", min=1, help=BATCH_HELP),
-    dtype: str = typer.Option("auto", help=DTYPE_HELP),
+    batch_size: int | None = typer.Option(None, "--batch-size", min=1, help=RUN_BATCH_HELP),
+    dtype: str = typer.Option("auto", help=RUN_DTYPE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the judges' tally as one JSON object."),
 ) -> None:
     """Run both systems on the same comments, write blinded order-randomised pairs (pairs.jsonl for
@@ -103,7 +84,7 @@ def pairwise(
     if (out_dir / "pairs.jsonl").exists():
         fail(f"{out_dir / 'pairs.jsonl'} exists; choose another --out folder (ratings there belong to those pairs)")
     systems = System(model, harness), System(baseline, baseline_harness or harness)
-    runs = _run_options((model, baseline), n, dtype, batch_size)
+    runs = run_options_or_exit((model, baseline), n, dtype, batch_size)
     try:
         progress = StepProgress(f"pairwise {systems[0].label} vs {systems[1].label}", 2 * n)
         with progress, stdout_to_stderr(as_json):
@@ -291,8 +272,8 @@ def ab_sim(
     viewers: int = typer.Option(20000, min=4, help="Simulated viewers (one visit each)."),
     seed: int = typer.Option(0, help="Seed of comments, viewers and bootstrap."),
     n_boot: int = typer.Option(2000, "--n-boot", min=100, help="Bootstrap replicates."),
-    batch_size: int | None = typer.Option(None, "--batch-size", min=1, help=BATCH_HELP),
-    dtype: str = typer.Option("auto", help=DTYPE_HELP),
+    batch_size: int | None = typer.Option(None, "--batch-size", min=1, help=RUN_BATCH_HELP),
+    dtype: str = typer.Option("auto", help=RUN_DTYPE_HELP),
     out_file: Path | None = typer.Option(None, "--out", help="Write the visits here (JSONL; hat compare ab reads it)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
@@ -304,7 +285,7 @@ def ab_sim(
 
     _check_suite(suite)
     simulator_policies()
-    runs = _run_options((control, treatment), comments, dtype, batch_size)
+    runs = run_options_or_exit((control, treatment), comments, dtype, batch_size)
     try:
         with stdout_to_stderr(as_json):
             sim = simulate_ab(

@@ -61,7 +61,7 @@ def _known_suites() -> list[str]:
     return [*sorted(SUITES), *EXTERNAL_SUITES]
 
 
-def _check_options(suite: str, model: str, data: str | None, hsa: bool) -> None:
+def _check_options(suite: str, data: str | None, hsa: bool) -> None:
     """Refuse (exit 2) what does not fit together, before anything is built or loaded."""
     from hat.eval.external_suites import EXTERNAL_SUITES
 
@@ -135,7 +135,7 @@ def eval_command(
     from hat.eval.runner import run_cases
     from hat.eval.suites import build_cases
 
-    _check_options(suite, model, data, hsa)
+    _check_options(suite, data, hsa)
     try:
         run = resolve_run_options(model, n, dtype=dtype, batch_invariant=batch_invariant, batch_size=batch_size)
     except HatError as exc:

@@ -30,10 +30,16 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.console import Console
 
-from hat.allocator import prefer_jemalloc
-from hat.cli.common import DEFAULT_MODEL, ExitCode, StepProgress, fail
+from hat.cli.common import (
+    DEFAULT_MODEL,
+    RUN_BATCH_HELP,
+    RUN_DTYPE_HELP,
+    ExitCode,
+    StepProgress,
+    fail,
+    run_options_or_exit,
+)
 from hat.errors import HatError
-from hat.eval.run_options import RunOptions, is_local_weights, resolve_run_options
 
 if TYPE_CHECKING:
     from hat.evolve.lineage import Lineage
@@ -156,25 +162,10 @@ def _cluster(diagnosis: Path, ref: str | None) -> dict[str, Any]:
     return dict(chosen)
 
 
-BATCH_HELP = (
-    "Episodes in flight at once (default: as hat eval - 16, or 16 per usable core with batch-invariant "
-    "decoding); 1 runs them one after another."
-)
-DTYPE_HELP = (
-    "Local models: weight dtype, as for hat eval (auto: bfloat16, decoded batch-invariantly, on CPUs "
-    "with native bf16; else float32). Both versions run with the same."
-)
-
-
-def _run_options(model: str, n: int, dtype: str, batch_size: int | None) -> RunOptions:
-    """The fast path of hat eval for the paired runs (checked before a model loads; exit 2 if wrong)."""
-    try:
-        run = resolve_run_options(model, n, dtype=dtype, batch_size=batch_size)
-    except HatError as exc:
-        fail(exc)
-    if is_local_weights(model):
-        prefer_jemalloc()  # a long run on local weights: re-executed under jemalloc where installed
-    return run
+def _run_kwargs(model: str, n: int, dtype: str, batch_size: int | None) -> dict[str, Any]:
+    """``batch_size`` and ``load_options`` for the paired runs: hat eval's fast path, both versions alike."""
+    run = run_options_or_exit((model,), n, dtype, batch_size)[model]
+    return {"batch_size": run.batch_size, "load_options": run.load_options}
 
 
 @contextlib.contextmanager
@@ -184,10 +175,6 @@ def _episode_progress(label: str, total: int) -> Iterator[Callable[[Any], None]]
     progress = StepProgress(label, total, interval=30.0)
     with progress:
         yield lambda _case: progress.advance()
-
-
-def _run_kwargs(run: RunOptions | None) -> dict[str, Any]:
-    return {"batch_size": run.batch_size, "load_options": run.load_options} if run else {}
 
 
 @app.command("propose")
@@ -206,8 +193,8 @@ def propose_command(
     suites: str = typer.Option("t1", help="Suites for --evaluate, comma-separated."),
     n: int = typer.Option(200, "--n", min=1, help="Episodes per suite for --evaluate."),
     seed: int = typer.Option(0, help="Seed of the episodes for --evaluate."),
-    batch_size: int | None = typer.Option(None, "--batch-size", min=1, help=BATCH_HELP),
-    dtype: str = typer.Option("auto", help=DTYPE_HELP),
+    batch_size: int | None = typer.Option(None, "--batch-size", min=1, help=RUN_BATCH_HELP),
+    dtype: str = typer.Option("auto", help=RUN_DTYPE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the proposals as JSON."),
 ) -> None:
     """Propose validated edits for a failure cluster (rules; optionally an LLM; or an edited folder)."""
@@ -218,7 +205,7 @@ def propose_command(
 
     found = _lineage(lineage, harness)
     chosen = _cluster(diagnosis, cluster) if diagnosis else {}
-    run = _run_options(model, n, dtype, batch_size) if evaluate else None
+    run = _run_kwargs(model, n, dtype, batch_size) if evaluate else {}
     try:
         if from_folder is not None:
             store = ProposalStore(found)
@@ -236,12 +223,10 @@ def propose_command(
             proposals, notes = propose(
                 found, chosen, base=base, references=refs, model=llm_model, model_name=f"llm:{llm}"
             )
+        suite_list = _suites(suites)
         for p in proposals if evaluate else []:
-            suite_list = _suites(suites)
             with _episode_progress(f"evaluate {p.id} · {model}", 2 * n * len(suite_list)) as on_case:
-                evaluate_proposal(
-                    found, p.id, model=model, suites=suite_list, n=n, seed=seed, on_case=on_case, **_run_kwargs(run)
-                )
+                evaluate_proposal(found, p.id, model=model, suites=suite_list, n=n, seed=seed, on_case=on_case, **run)
     except HatError as exc:
         fail(exc)
     proposals = [ProposalStore(found).get(p.id) for p in proposals]
@@ -294,15 +279,15 @@ def gate_command(
     tolerance: float = typer.Option(0.0, min=0.0, help="Points a cell may drop (beyond noise) and still pass."),
     confidence: float = typer.Option(0.95, min=0.5, max=0.999, help="Confidence of the bootstrap intervals."),
     resamples: int = typer.Option(1000, min=100, help="Bootstrap resamples."),
-    batch_size: int | None = typer.Option(None, "--batch-size", min=1, help=BATCH_HELP),
-    dtype: str = typer.Option("auto", help=DTYPE_HELP),
+    batch_size: int | None = typer.Option(None, "--batch-size", min=1, help=RUN_BATCH_HELP),
+    dtype: str = typer.Option("auto", help=RUN_DTYPE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the gate result as JSON."),
 ) -> None:
     """Paired evaluation of a version against its parent; promote or block, recorded in the lineage.
     Exit 0 when promoted, 1 when blocked."""
     from hat.evolve.gate import Target, gate
 
-    run = _run_options(model, n, dtype, batch_size)
+    run = _run_kwargs(model, n, dtype, batch_size)
     found = _lineage(lineage, harness)
     target = Target(target_intent, target_dimension) if target_intent else None
     chosen = _suites(suites)
@@ -311,7 +296,7 @@ def gate_command(
             result = gate(
                 found, version, against=against, target=target, model=model, suites=chosen, n=n, seed=seed,
                 fault_rate=fault_rate, resamples=resamples, confidence=confidence, tolerance=tolerance,
-                on_case=on_case, **_run_kwargs(run),
+                on_case=on_case, **run,
             )  # fmt: skip
     except (HatError, KeyError) as exc:
         fail(exc)
